@@ -1,0 +1,1 @@
+"""The service boundary: the catalogue of endpoints, the client, the sandbox."""

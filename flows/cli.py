@@ -1,0 +1,226 @@
+"""The ``membersync`` command line: thin wiring over the library's functions.
+
+Exit codes: 0 success, 1 the work failed (a night, a build), 2 bad input (configuration,
+arguments, profile, data dir). Errors are one line on stderr, never a traceback, never a
+secret.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="membersync",
+    help="Nightly sync, warehouse and reports for the business-management service.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """Bad input: one line, exit code 2."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run ``fn``; turn known input errors into one line and exit code 2."""
+    from membersync.extract.profile import ProfileError
+    from membersync.extract.settings import SettingsError
+
+    try:
+        return fn()
+    except (UsageError, ProfileError, SettingsError) as exc:
+        fail(str(exc))
+
+
+def parse_date(value: str | None) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"bad date {value!r}: expected YYYY-MM-DD") from None
+
+
+@app.command()
+def sandbox(
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1 (0 = any free port)")] = 8700,
+    host: Annotated[str, typer.Option(help="interface to bind (loopback by default)")] = "127.0.0.1",
+    clients: Annotated[int, typer.Option(help="number of synthetic clients")] = 1000,
+    stores: Annotated[int, typer.Option(help="number of stores")] = 5,
+    seed: Annotated[int, typer.Option(help="seed of the synthetic data")] = 42,
+    rate: Annotated[float, typer.Option(help="requests/s per credential (0 = unlimited)")] = 0.0,
+    latency_ms: Annotated[float, typer.Option("--latency-ms", help="added latency per request")] = 0.0,
+    fault_rate: Annotated[
+        float, typer.Option("--fault-rate", help="share of requests answered with a fault")
+    ] = 0.0,
+    username: Annotated[str, typer.Option(envvar="SANDBOX_USERNAME", help="Basic username")] = "sandbox",
+    password: Annotated[
+        str, typer.Option(envvar="SANDBOX_PASSWORD", help="Basic password", show_default=False)
+    ] = ("sandbox"),
+) -> None:
+    """Serve the sandbox: a complete local implementation of the service."""
+    from membersync.extract.sandbox.server import SandboxConfig, serve_forever
+
+    config = guarded(
+        lambda: SandboxConfig.checked(
+            clients=clients,
+            stores=stores,
+            seed=seed,
+            rate=rate,
+            latency_ms=latency_ms,
+            fault_rate=fault_rate,
+            username=username,
+            password=password,
+        )
+    )
+    serve_forever(config, host=host, port=port)
+
+
+@app.command()
+def sync(
+    date: Annotated[str | None, typer.Option(help="the night, YYYY-MM-DD (default: today)")] = None,
+    full: Annotated[bool, typer.Option("--full", help="list every client, not only changed ones")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Sync one night: configuration, discovery, per-client data; land; build reports."""
+    from membersync.flows.nightly import run_sync_cli
+
+    night = guarded(lambda: parse_date(date))
+    raise typer.Exit(run_sync_cli(night, full=full, progress=progress))
+
+
+@app.command()
+def demo(
+    clients: Annotated[int, typer.Option(help="clients in the demo sandbox")] = 300,
+) -> None:
+    """Start a sandbox, run a night against it, and show where everything landed."""
+    from membersync.flows.demo import run_demo
+
+    raise typer.Exit(run_demo(clients=clients))
+
+
+@app.command()
+def reports(
+    date: Annotated[str | None, typer.Option(help="night to export (default: newest committed)")] = None,
+    report: Annotated[list[str] | None, typer.Option(help="only these reports (repeatable)")] = None,
+) -> None:
+    """Rebuild the warehouse and the CSVs from the landing zone (no call to the service)."""
+    from membersync.warehouse.cli import run_reports_cli
+
+    night = guarded(lambda: parse_date(date))
+    raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None)))
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run on the warehouse (read-only)")],
+    csv: Annotated[bool, typer.Option("--csv", help="print CSV instead of a table")] = False,
+) -> None:
+    """Run ad-hoc SQL on the warehouse."""
+    from membersync.warehouse.cli import run_sql_cli
+
+    raise typer.Exit(guarded(lambda: run_sql_cli(query, as_csv=csv)))
+
+
+@app.command()
+def serve(
+    cron: Annotated[str, typer.Option(help="cron schedule of the nightly run")] = "0 2 * * *",
+    timezone: Annotated[str, typer.Option(help="IANA timezone of the schedule")] = "UTC",
+    interval: Annotated[
+        int | None, typer.Option(help="seconds between runs instead of cron (testing)")
+    ] = None,
+) -> None:
+    """Serve the nightly flow as a Prefect deployment on a schedule (needs a real Prefect server)."""
+    from membersync.flows.schedule import run_serve_cli
+
+    raise typer.Exit(guarded(lambda: run_serve_cli(cron=cron, timezone=timezone, interval=interval)))
+
+
+@app.command()
+def bench(
+    clients: Annotated[list[int] | None, typer.Option(help="client counts to measure (repeatable)")] = None,
+    sandbox_only: Annotated[
+        bool, typer.Option("--sandbox-only", help="only the sandbox's own throughput")
+    ] = False,
+) -> None:
+    """Measure throughput, CPU per request and peak memory; print the figures."""
+    from membersync.flows.bench import run_bench_cli
+
+    raise typer.Exit(run_bench_cli(clients or [10_000], sandbox_only=sandbox_only))
+
+
+@app.command()
+def check(
+    pytest_args: Annotated[list[str] | None, typer.Argument(help="extra arguments for pytest")] = None,
+) -> None:
+    """Run every check: ruff, mypy, then the whole test suite."""
+    raise typer.Exit(run_checks(pytest_args or []))
+
+
+def run_checks(pytest_args: list[str]) -> int:
+    python = sys.executable
+    steps: list[tuple[str, list[str]]] = [
+        ("ruff", [python, "-m", "ruff", "check", "."]),
+        ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        # mypy sees the repository's fixed layout as the package membersync (as installed).
+        pkg = Path(tmp) / "membersync"
+        pkg.mkdir()
+        for name in ("extract", "models", "flows", "warehouse"):
+            os.symlink(REPO_ROOT / name, pkg / name)
+        steps.append(
+            (
+                "mypy",
+                [
+                    python,
+                    "-m",
+                    "mypy",
+                    "--cache-dir",
+                    str(REPO_ROOT / ".mypy_cache"),
+                    "--namespace-packages",
+                    "--explicit-package-bases",
+                    "-p",
+                    "membersync",
+                ],
+            )
+        )
+        for label, cmd in steps:
+            env = {**os.environ, "MYPYPATH": tmp}
+            err.print(f"[bold]== {label}[/]")
+            if subprocess.run(cmd, cwd=REPO_ROOT, env=env).returncode != 0:
+                err.print(f"[bold red]{label} failed[/]")
+                return 1
+    err.print("[bold]== pytest[/]")
+    return subprocess.run([python, "-m", "pytest", *pytest_args], cwd=REPO_ROOT).returncode
+
+
+def main() -> None:
+    """Console-script entry point."""
+    if shutil.get_terminal_size().columns < 20:  # pragma: no cover - odd terminals
+        os.environ.setdefault("COLUMNS", "120")
+    app()
+
+
+if __name__ == "__main__":
+    main()
