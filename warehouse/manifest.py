@@ -1,0 +1,123 @@
+"""A night's manifest: the commit record of the landing zone.
+
+A night is committed when ``landing/_manifests/YYYY-MM-DD.json`` exists (it is written to a
+temporary name, fsynced, and renamed last). It lists every published Parquet file of the
+night, per table, with row counts. Readers (the warehouse build) read **only** the files a
+manifest names, so a file being written, an orphan left by a crash, or a night not yet
+committed is never seen.
+
+Format (JSON)::
+
+    {
+      "format": 1,
+      "snapshot_date": "2026-11-21",
+      "run_id": "20261121T020000Z-3f2a",
+      "mode": "full" | "incremental",
+      "committed_at": "2026-11-21T02:14:03Z",          # this machine's clock, informative only
+      "watermark": "2026-11-21T01:59:58Z" | null,       # max server lastModified discovered
+      "clients_synced": 1234,
+      "tables": {"clients": {"files": ["clients/snapshot_date=.../part-...parquet"], "rows": 1234}},
+      "quarantine": {"files": [...], "rows": 0, "by_table": {"memberships": 0}},
+      "stats": {...}                                     # the run summary (requests, retries, ...)
+    }
+
+File paths are relative to ``DATA_DIR/landing``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+
+
+class ManifestError(ValueError):
+    """A manifest cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    files: tuple[str, ...]
+    rows: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    snapshot_date: dt.date
+    run_id: str
+    mode: str
+    committed_at: str
+    watermark: str | None
+    clients_synced: int
+    tables: dict[str, TableFiles]
+    quarantine: TableFiles = field(default_factory=lambda: TableFiles((), 0))
+    quarantine_by_table: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        body = {
+            "format": FORMAT,
+            "snapshot_date": self.snapshot_date.isoformat(),
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "committed_at": self.committed_at,
+            "watermark": self.watermark,
+            "clients_synced": self.clients_synced,
+            "tables": {k: {"files": list(v.files), "rows": v.rows} for k, v in sorted(self.tables.items())},
+            "quarantine": {
+                "files": list(self.quarantine.files),
+                "rows": self.quarantine.rows,
+                "by_table": dict(sorted(self.quarantine_by_table.items())),
+            },
+            "stats": self.stats,
+        }
+        return json.dumps(body, indent=2, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "<manifest>") -> Manifest:
+        try:
+            raw = json.loads(text)
+            if raw.get("format") != FORMAT:
+                raise ManifestError(f"{where}: unknown manifest format {raw.get('format')!r}")
+            quarantine = raw.get("quarantine") or {}
+            return cls(
+                snapshot_date=dt.date.fromisoformat(raw["snapshot_date"]),
+                run_id=str(raw["run_id"]),
+                mode=str(raw["mode"]),
+                committed_at=str(raw["committed_at"]),
+                watermark=raw.get("watermark"),
+                clients_synced=int(raw.get("clients_synced", 0)),
+                tables={k: TableFiles(tuple(v["files"]), int(v["rows"])) for k, v in raw["tables"].items()},
+                quarantine=TableFiles(tuple(quarantine.get("files", ())), int(quarantine.get("rows", 0))),
+                quarantine_by_table={k: int(v) for k, v in (quarantine.get("by_table") or {}).items()},
+                stats=raw.get("stats") or {},
+            )
+        except ManifestError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManifestError(f"{where}: malformed manifest ({exc.__class__.__name__}: {exc})") from None
+
+
+def manifest_path(manifests_dir: Path, night: dt.date) -> Path:
+    return manifests_dir / f"{night.isoformat()}.json"
+
+
+def read_manifests(manifests_dir: Path) -> list[Manifest]:
+    """Every committed night, oldest first. Temporary files (``*.tmp``) are not commits."""
+    if not manifests_dir.exists():
+        return []
+    out = []
+    for path in sorted(manifests_dir.glob("????-??-??.json")):
+        out.append(Manifest.from_json(path.read_text(encoding="utf-8"), where=str(path)))
+    return out
+
+
+def read_manifest(manifests_dir: Path, night: dt.date) -> Manifest | None:
+    path = manifest_path(manifests_dir, night)
+    if not path.exists():
+        return None
+    return Manifest.from_json(path.read_text(encoding="utf-8"), where=str(path))
