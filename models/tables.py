@@ -263,6 +263,20 @@ TABLES: tuple[Table, ...] = (
         ),
     ),
     # --- per-client current state (a snapshot of every client synced that night) ----------
+    # The clients synced on a night (from discovery): the warehouse takes each client's whole
+    # newest snapshot from the night named here, so a row that vanished (a ledger paid off to
+    # nothing) is not resurrected from an older night.
+    Table(
+        "synced_clients",
+        "search",
+        "current",
+        ("client_number",),
+        (
+            CLIENT,
+            C("home_store", "id"),
+            C("last_modified", "utc_ts"),
+        ),
+    ),
     Table(
         "clients",
         "clientdetails",
