@@ -1,0 +1,16 @@
+-- model: staging.skin_types
+-- grain: one row per skin type of the night's list
+-- key: snapshot_date, code
+-- source: landing.skin_types
+-- Landed rows of every committed night, typed by the landing zone; a key landed twice in one
+-- night (a resumed batch) keeps its last written row.
+SELECT
+    snapshot_date,
+    code,
+    description,
+    extra
+FROM landing.skin_types
+QUALIFY row_number() OVER (
+    PARTITION BY snapshot_date, code
+    ORDER BY _file_index DESC, _row DESC
+) = 1
