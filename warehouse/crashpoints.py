@@ -1,0 +1,45 @@
+"""Named crash points, for proving that a crash anywhere loses nothing.
+
+``MEMBERSYNC_CRASH_AT=<point>[:<n>]`` makes the process kill itself with SIGKILL the n-th time
+(default: first) it reaches ``<point>``. Nothing runs after it: no ``finally``, no atexit, no
+flush, exactly as if the machine lost power for this process. Unset (always, outside the
+reliability tests), a crash point costs one dictionary lookup.
+
+The points sit at the step boundaries of a night:
+
+- ``after_batch_landed``: a batch's files and its done marker are staged
+- ``before_commit``: every batch is staged, nothing published yet
+- ``after_publish``: files are in their published paths, the manifest is not yet written
+- ``after_commit``: the manifest (the commit) is written, the state is not yet saved
+- ``after_state_saved``: the state is saved, the staging area not yet cleaned
+- ``during_warehouse_build``: the new warehouse file is half built
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "MEMBERSYNC_CRASH_AT"
+POINTS = (
+    "after_batch_landed",
+    "before_commit",
+    "after_publish",
+    "after_commit",
+    "after_state_saved",
+    "during_warehouse_build",
+)
+_seen: dict[str, int] = {}
+
+
+def crashpoint(name: str) -> None:
+    """Die here (SIGKILL) when ``MEMBERSYNC_CRASH_AT`` names this point and its count is reached."""
+    wanted = os.environ.get(ENV)
+    if not wanted:
+        return
+    point, _, nth = wanted.partition(":")
+    if point != name:
+        return
+    _seen[name] = _seen.get(name, 0) + 1
+    if _seen[name] >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
