@@ -1,0 +1,771 @@
+"""The one async client of the service: every endpoint of the catalogue as a typed method.
+
+::
+
+    async with ServiceClient(base_url, username, password) as client:
+        stores = await client.storelist()                    # list of items, logical names
+        details = await client.clientdetails("000417")       # the unwrapped object
+        async for page in client.search(modifiedSince=since):
+            ...
+        answer = await client.insert_payment(receiptNumber=r, paymentType="CASH", amount="10.00")
+
+Every method is a one-liner over :meth:`ServiceClient._get` / :meth:`ServiceClient._post`
+with its :class:`~membersync.extract.catalogue.Endpoint`; what differs between endpoints
+(path, parameters, wrapper key, record type) is data, in the catalogue and the tenant
+profile. One request goes: concurrency slot -> rate slot (both adaptive, see
+:mod:`membersync.extract.limits`) -> httpx -> status check -> orjson -> unwrap -> rename to
+logical names (skipped when the profile is the contract's). Failures become the typed
+errors of :mod:`membersync.extract.errors` and are retried as
+:mod:`membersync.extract.retry` decides.
+
+Credentials travel only in ``auth=httpx.BasicAuth``: never in a URL, a log line or an
+error. The HTTP stack's loggers get a redacting filter (:mod:`membersync.extract.redact`).
+
+The default transport is ``httpx_aiohttp.AiohttpTransport``: it costs about a quarter of
+httpx's own transport's CPU per request (measured with
+``python -m membersync.extract.transport_bench``; figures in that module's docstring).
+Pass ``transport=`` to use another (``httpx.MockTransport`` in unit tests), or set
+``ClientOptions(transport="httpx")`` for httpx's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, Literal, Unpack
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+from membersync.extract import catalogue, constants, redact
+from membersync.extract.catalogue import Endpoint
+from membersync.extract.errors import (
+    ProtocolError,
+    RateLimitedError,
+    ServiceError,
+    status_error,
+    transport_error,
+)
+from membersync.extract.limits import AdaptiveConcurrency, RateLimiter
+from membersync.extract.paging import PageNumberPaging, page_numbers
+from membersync.extract.profile import Profile
+from membersync.extract.records import (
+    AddReferralBody,
+    AffiliatedClient,
+    AffiliatedPackageBody,
+    BalanceAnswer,
+    BillingAccount,
+    BillingAccountAnswer,
+    CancelMembershipBody,
+    ChangeMembershipBody,
+    Client,
+    ClientAnswer,
+    ClientMembership,
+    ClientPackage,
+    CodeDescription,
+    CommentAnswer,
+    CommPrefs,
+    CountAnswer,
+    EftDrawDay,
+    EftMembershipInfo,
+    Employee,
+    FreezeMembershipBody,
+    GenerateWebDocumentBody,
+    GiftCertAnswer,
+    InsertClientAnswer,
+    InsertClientBody,
+    InsertCommentBody,
+    InsertGiftCertBody,
+    InsertMembershipBody,
+    InsertPaymentBody,
+    InsertPointsBody,
+    InsertProfileAnswersBody,
+    InsertTransactionBody,
+    LedgerBalance,
+    LoginAnswer,
+    LoginBody,
+    MembershipAnswer,
+    MembershipBody,
+    MembershipIdAnswer,
+    NonEftMembershipInfo,
+    PackageInfo,
+    PaymentAnswer,
+    PaymentType,
+    PointsAnswer,
+    PointsBalance,
+    PointsTransaction,
+    PostAccountLedgerPaymentBody,
+    PreferencesAnswer,
+    ProcessorCredentials,
+    Product,
+    ProfileQuestion,
+    ReceiptAnswer,
+    ReferralAnswer,
+    RegisterAnswer,
+    RegisterUserBody,
+    ResetAnswer,
+    ResetPasswordBody,
+    SearchPage,
+    SharedClientsAnswer,
+    StoreInfo,
+    Transaction,
+    UpdateBillingInfoBody,
+    UpdateCommPrefsBody,
+    UpdateDemographicsBody,
+    UrlAnswer,
+    WebDoc,
+)
+from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
+from membersync.extract.settings import ServiceSettings
+
+try:
+    import aiohttp
+
+    _TRANSPORT_EXCEPTIONS: tuple[type[BaseException], ...] = (
+        httpx.RequestError,
+        aiohttp.ClientError,
+        OSError,
+    )
+except ImportError:  # pragma: no cover
+    _TRANSPORT_EXCEPTIONS = (httpx.RequestError, OSError)
+
+logger = logging.getLogger(__name__)
+
+_E = catalogue.BY_NAME
+_JSON_HEADERS = {"Content-Type": "application/json"}
+# Body fields whose values a server's error message must never echo into our error text.
+_SECRET_BODY_FIELDS = frozenset(redact.SECRET_FIELD_NAMES) | {"username"}
+# Records nested in other records / in write answers, renamed with their own field maps.
+_NESTED_RECORDS: dict[str, dict[str, str]] = {
+    "transaction": {"lines": "transactionLine", "payments": "transactionPayment"},
+}
+_ANSWER_RECORDS = {
+    "membership": "clientMembership",
+    "client": "client",
+    "preferences": "commPrefs",
+    "clients": "affiliatedClient",
+}
+
+
+# -- options and statistics ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Tunables of one client. Defaults live in :mod:`membersync.extract.constants`.
+
+    ``rate``: a client-side cap in req/s (None: no cap; the adaptive rate still backs off on
+    429s). ``adaptive``: AIMD on rate and concurrency (False: fixed ``rate`` and
+    ``max_concurrency``). ``clock``/``wall_clock``/``sleep``/``rand`` are for tests.
+    """
+
+    connect_timeout: float = constants.CONNECT_TIMEOUT
+    read_timeout: float = constants.READ_TIMEOUT
+    write_timeout: float = constants.WRITE_TIMEOUT
+    pool_timeout: float = constants.POOL_TIMEOUT
+    max_retries: int = constants.MAX_RETRIES
+    backoff_base: float = constants.BACKOFF_BASE
+    backoff_max: float = constants.BACKOFF_MAX
+    retry_after_max: float = constants.RETRY_AFTER_MAX
+    rate: float | None = None
+    max_concurrency: int = constants.MAX_CONCURRENCY
+    initial_concurrency: int = constants.INITIAL_CONCURRENCY
+    adaptive: bool = True
+    transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    page_size: int | None = None  # search page size; None = the profile's
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError("rate must be > 0 req/s, or None for no cap")
+        for name in ("connect_timeout", "read_timeout", "write_timeout", "pool_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 seconds")
+
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(
+            connect=self.connect_timeout,
+            read=self.read_timeout,
+            write=self.write_timeout,
+            pool=self.pool_timeout,
+        )
+
+
+@dataclass(slots=True)
+class ClientStats:
+    """What one client did. ``requests`` counts HTTP attempts (retries included);
+    ``errors`` the calls that ended in an error raised to the caller; ``transport_errors``
+    the attempts that got no HTTP answer; ``latency_sum`` seconds over answered attempts."""
+
+    requests: int = 0
+    retries: int = 0
+    status_429: int = 0
+    errors: int = 0
+    transport_errors: int = 0
+    by_status: dict[int, int] = field(default_factory=dict)
+    bytes: int = 0
+    latency_sum: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        answered = sum(self.by_status.values())
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "status_429": self.status_429,
+            "errors": self.errors,
+            "transport_errors": self.transport_errors,
+            "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
+            "bytes": self.bytes,
+            "latency_sum": round(self.latency_sum, 6),
+            "latency_avg_ms": round(1000 * self.latency_sum / answered, 3) if answered else None,
+        }
+
+
+# -- per-endpoint preparation (once per client) ------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Prepared:
+    endpoint: Endpoint
+    url: httpx.URL
+    wrapper: str | None
+    names: dict[str, str]  # logical param -> wire param
+    convert: Callable[[Any], Any] | None  # wire item -> logical item; None = identical
+
+
+def _has_renames(profile: Profile, record: str) -> bool:
+    return any(wire != logical for logical, wire in profile.fields.get(record, {}).items())
+
+
+def _converter(profile: Profile, record: str | None) -> Callable[[Any], Any] | None:
+    """A function renaming one wire item (and its nested records) to logical names, or None."""
+    if record is None:
+        return None
+    top = _has_renames(profile, record)
+    nested = {k: r for k, r in _NESTED_RECORDS.get(record, {}).items() if _has_renames(profile, r)}
+    if not top and not nested:
+        return None
+
+    def convert(item: Any) -> Any:
+        if top:
+            item = profile.to_logical(record, item)
+        if nested and isinstance(item, dict):
+            for key, sub_record in nested.items():
+                sub = item.get(key)
+                if isinstance(sub, list):
+                    item[key] = [profile.to_logical(sub_record, s) for s in sub]
+        return item
+
+    return convert
+
+
+def _wire_value(value: Any) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")  # naive datetimes are taken as UTC
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)  # the contract accepts money as a numeric string: exact to the cent
+    raise TypeError(f"cannot send a {type(value).__name__} as JSON")
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+class ServiceClient:
+    """Async client of the service (contract section B). Use as ``async with`` or call :meth:`aclose`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        *,
+        profile: Profile | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        options: ClientOptions | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("base_url must be an http(s) URL such as http://127.0.0.1:8700")
+        if parts.username or parts.password or "@" in parts.netloc:
+            raise ValueError("base_url must not carry credentials: pass username and password")
+        if not username or not password:
+            raise ValueError("username and password are required")
+        redact.register_credentials(username, password)
+        redact.install()
+        self.options = opts = options or ClientOptions()
+        self.profile = profile or Profile.default()
+        self.base_url = base_url.rstrip("/")
+        self.stats = ClientStats()
+        self._sleep = opts.sleep
+        self._clock = opts.clock
+        self.concurrency = AdaptiveConcurrency(
+            opts.max_concurrency, initial=opts.initial_concurrency, adaptive=opts.adaptive
+        )
+        self.rate = RateLimiter(cap=opts.rate, adaptive=opts.adaptive, clock=opts.clock, sleep=opts.sleep)
+        self.paging = PageNumberPaging.from_profile(self.profile, opts.page_size)
+        self._http = httpx.AsyncClient(
+            auth=httpx.BasicAuth(username, password),
+            transport=transport or _default_transport(opts),
+            timeout=opts.timeout(),
+            headers={"Accept": "application/json", "User-Agent": "membersync"},
+            follow_redirects=False,
+            trust_env=False,  # no .netrc credentials or proxy settings picked up behind our back
+        )
+        self._prepared = {e.name: self._prepare(e) for e in catalogue.ENDPOINTS}
+
+    def __repr__(self) -> str:
+        return f"ServiceClient({self.base_url!r})"
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings, options: ClientOptions | None = None) -> ServiceClient:
+        return cls(
+            settings.base_url,
+            settings.username.get_secret_value(),
+            settings.password.get_secret_value(),
+            profile=settings.profile(),
+            options=options,
+        )
+
+    async def __aenter__(self) -> ServiceClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _prepare(self, ep: Endpoint) -> _Prepared:
+        names = {p.name: self.profile.param(p.name) for p in ep.params}
+        return _Prepared(
+            endpoint=ep,
+            url=httpx.URL(self.base_url + ep.path),
+            wrapper=self.profile.wrapper(ep),
+            names=names,
+            convert=_converter(self.profile, ep.record if ep.method == "GET" else ep.name),
+        )
+
+    # -- generic calls -------------------------------------------------------------------------
+
+    async def get(self, endpoint_name: str, **params: Any) -> Any:
+        """Any GET endpoint by logical name, with logical parameter names; unwrapped answer
+        (a list of items, an object, or a :class:`SearchPage` for ``search``)."""
+        ep = catalogue.endpoint(endpoint_name)
+        if ep.method != "GET":
+            raise ValueError(f"{endpoint_name} is a {ep.method} endpoint: use post()")
+        known = {p.name for p in ep.params}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"{endpoint_name}: unknown parameter {unknown[0]!r} (known: {sorted(known)})")
+        missing = [p.name for p in ep.params if p.required and params.get(p.name) is None]
+        if missing:
+            raise ValueError(f"{endpoint_name}: parameter {missing[0]!r} is required")
+        if ep.kind == "search":
+            page = params.pop("page", None) or self.paging.first()
+            return await self.search_page(page, params.pop("pageSize", None), **params)
+        return await self._get(ep, **params)
+
+    async def post(self, endpoint_name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Any write endpoint by logical name; the answer object (logical names)."""
+        ep = catalogue.endpoint(endpoint_name)
+        if ep.method != "POST":
+            raise ValueError(f"{endpoint_name} is a {ep.method} endpoint: use get()")
+        result: dict[str, Any] = await self._post(ep, body)
+        return result
+
+    async def _get(self, ep: Endpoint, **params: Any) -> Any:
+        prep = self._prepared[ep.name]
+        names = prep.names
+        wire = {names[k]: _wire_value(v) for k, v in params.items() if v is not None}
+        return await self._call(prep, wire, None, None)
+
+    async def _post(self, ep: Endpoint, body: Mapping[str, Any]) -> Any:
+        prep = self._prepared[ep.name]
+        content = orjson.dumps(body, default=_json_default)
+        return await self._call(prep, None, content, body)
+
+    # -- the request loop ------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        prep: _Prepared,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        body: Mapping[str, Any] | None,
+    ) -> Any:
+        method = prep.endpoint.method
+        opts = self.options
+        retries = 0
+        while True:
+            try:
+                return await self._attempt(prep, params, content, body)
+            except ServiceError as err:
+                if not should_retry(method, err, retries, opts.max_retries):
+                    err.attempts = retries + 1
+                    self.stats.errors += 1
+                    raise
+                delay = retry_delay(
+                    retries,
+                    getattr(err, "retry_after", None),
+                    base=opts.backoff_base,
+                    cap=opts.backoff_max,
+                    retry_after_cap=opts.retry_after_max,
+                    rand=opts.rand,
+                )
+                retries += 1
+                self.stats.retries += 1
+                logger.debug("retry %d of %s in %.3fs after %s", retries, prep.endpoint.name, delay, err)
+                await self._sleep(delay)
+
+    async def _attempt(
+        self,
+        prep: _Prepared,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        body: Mapping[str, Any] | None,
+    ) -> Any:
+        ep = prep.endpoint
+        stats = self.stats
+        success = False
+        await self.concurrency.acquire()
+        try:
+            await self.rate.wait_turn()
+            started = self._clock()
+            stats.requests += 1
+            try:
+                response = await self._http.request(
+                    ep.method,
+                    prep.url,
+                    params=params,
+                    content=content,
+                    headers=_JSON_HEADERS if content is not None else None,
+                )
+            except _TRANSPORT_EXCEPTIONS as exc:
+                stats.transport_errors += 1
+                error = transport_error(ep.name, exc)
+                logger.debug("%s %s -> %s", ep.method, ep.name, type(error).__name__)
+                raise error from None
+            now = self._clock()
+            status = response.status_code
+            data = response.content
+            by_status = stats.by_status
+            by_status[status] = by_status.get(status, 0) + 1
+            stats.bytes += len(data)
+            stats.latency_sum += now - started
+            self.rate.on_answer(now)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("%s %s -> %d in %.1f ms", ep.method, ep.name, status, 1000 * (now - started))
+            if status >= 300 or status < 200:
+                raise self._status_error(prep, response, started, now, body)
+            result = self._unwrap(prep, data, status)
+            self.rate.on_success()
+            success = True
+            return result
+        finally:
+            self.concurrency.release(success)
+
+    def _status_error(
+        self,
+        prep: _Prepared,
+        response: httpx.Response,
+        started: float,
+        now: float,
+        body: Mapping[str, Any] | None,
+    ) -> ServiceError:
+        status = response.status_code
+        retry_after = None
+        if status in constants.RETRY_STATUSES:
+            retry_after = parse_retry_after(
+                response.headers.get("retry-after"),
+                self.options.wall_clock(),
+                cap=self.options.retry_after_max,
+            )
+        if status == 429:
+            self.stats.status_429 += 1
+            self.rate.on_rate_limited(started, retry_after)
+            self.concurrency.on_rate_limited(started, now)
+        secrets = _secret_values(body) if body else ()
+        error = status_error(
+            prep.endpoint.name, status, response.content, retry_after=retry_after, secrets=secrets
+        )
+        if retry_after is not None and not isinstance(error, RateLimitedError):
+            error.retry_after = retry_after  # type: ignore[attr-defined]  # 503 + Retry-After
+        return error
+
+    def _unwrap(self, prep: _Prepared, data: bytes, status: int) -> Any:
+        ep = prep.endpoint
+        try:
+            answer = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise ProtocolError(ep.name, status, f"body is not JSON ({len(data)} bytes)") from None
+        if type(answer) is not dict:
+            raise ProtocolError(ep.name, status, f"body is a JSON {type(answer).__name__}, not an object")
+        if ep.kind == "search":
+            return self._search_answer(prep, answer, status)
+        if ep.method == "POST":
+            return self._write_answer(prep, answer, status)
+        wrapper = prep.wrapper
+        value = answer.get(wrapper)  # type: ignore[arg-type]
+        convert = prep.convert
+        if ep.shape == "object":
+            if type(value) is not dict:
+                raise ProtocolError(ep.name, status, f"answer has no object under {wrapper!r}")
+            return convert(value) if convert else value
+        if type(value) is not list:
+            raise ProtocolError(ep.name, status, f"answer has no list under {wrapper!r}")
+        return [convert(item) for item in value] if convert else value
+
+    def _search_answer(
+        self, prep: _Prepared, answer: dict[str, Any], status: int
+    ) -> tuple[Any, dict[str, Any]]:
+        items = answer.get(prep.wrapper)  # type: ignore[arg-type]
+        if type(items) is not list:
+            raise ProtocolError(prep.endpoint.name, status, f"answer has no list under {prep.wrapper!r}")
+        convert = prep.convert
+        return ([convert(i) for i in items] if convert else items), answer
+
+    def _write_answer(self, prep: _Prepared, answer: dict[str, Any], status: int) -> dict[str, Any]:
+        ep = prep.endpoint
+        if prep.convert:
+            answer = prep.convert(answer)
+        for key, record in _ANSWER_RECORDS.items():
+            value = answer.get(key)
+            if value is not None and key in ep.answer and _has_renames(self.profile, record):
+                if isinstance(value, list):
+                    answer[key] = [self.profile.to_logical(record, v) for v in value]
+                else:
+                    answer[key] = self.profile.to_logical(record, value)
+        missing = [f for f in ep.answer if f not in answer]
+        if missing:
+            raise ProtocolError(ep.name, status, f"answer lacks {missing[0]!r}")
+        return answer
+
+    # -- paging ----------------------------------------------------------------------------------
+
+    async def search_page(self, page: int, page_size: int | None = None, **criteria: Any) -> SearchPage:
+        """One page of ``clients/search`` (criteria: storecode, lastName, firstName, email,
+        phone, modifiedSince as datetime (UTC) or str)."""
+        unknown = sorted(set(criteria) - set(catalogue.SEARCH_CRITERIA))
+        if unknown:
+            raise ValueError(
+                f"search: unknown criterion {unknown[0]!r} (known: {list(catalogue.SEARCH_CRITERIA)})"
+            )
+        size = page_size or self.paging.page_size
+        items, answer = await self._get(_E["search"], page=page, pageSize=size, **criteria)
+        number, size_answered, total = page_numbers(answer, self.profile, page, size)
+        return SearchPage(items=items, page=number, page_size=size_answered, total_count=total)
+
+    async def search(self, **criteria: Any) -> AsyncIterator[SearchPage]:
+        """Every page of ``clients/search`` for these criteria, in order."""
+        paging = self.paging
+        number: int | None = paging.first()
+        seen = 0
+        while number is not None:
+            page = await self.search_page(number, paging.page_size, **criteria)
+            seen += len(page.items)
+            yield page
+            number = paging.next(page, seen)
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    async def packagelist(self) -> list[PackageInfo]:
+        return await self._get(_E["packagelist"])
+
+    async def storelist(self) -> list[StoreInfo]:
+        return await self._get(_E["storelist"])
+
+    async def eft_memberships(self) -> list[EftMembershipInfo]:
+        return await self._get(_E["eft_memberships"])
+
+    async def noneft_memberships(self) -> list[NonEftMembershipInfo]:
+        return await self._get(_E["noneft_memberships"])
+
+    async def eft_deduct_types(self) -> list[CodeDescription]:
+        return await self._get(_E["eft_deduct_types"])
+
+    async def eft_draw_days(self) -> list[EftDrawDay]:
+        return await self._get(_E["eft_draw_days"])
+
+    async def skin_types(self) -> list[CodeDescription]:
+        return await self._get(_E["skin_types"])
+
+    async def webdocs(self) -> list[WebDoc]:
+        return await self._get(_E["webdocs"])
+
+    async def payment_types(self, storecode: str) -> list[PaymentType]:
+        return await self._get(_E["payment_types"], storecode=storecode)
+
+    async def employees(self, storecode: str) -> list[Employee]:
+        return await self._get(_E["employees"], storecode=storecode)
+
+    async def products(self, storecode: str) -> list[Product]:
+        return await self._get(_E["products"], storecode=storecode)
+
+    async def processor_credentials(self, storecode: str, type: str) -> list[ProcessorCredentials]:
+        return await self._get(_E["processor_credentials"], storecode=storecode, type=type)
+
+    async def profile_questions(self) -> list[ProfileQuestion]:
+        return await self._get(_E["profile_questions"])
+
+    # -- client reads ----------------------------------------------------------------------------
+
+    async def clientdetails(self, client_number: str) -> Client:
+        return await self._get(_E["clientdetails"], clientNumber=client_number)
+
+    async def ledgerbalance(self, client_number: str) -> list[LedgerBalance]:
+        return await self._get(_E["ledgerbalance"], clientNumber=client_number)
+
+    async def commprefs(self, client_number: str) -> CommPrefs:
+        return await self._get(_E["commprefs"], clientNumber=client_number)
+
+    async def clientmemberships(self, client_number: str) -> list[ClientMembership]:
+        return await self._get(_E["clientmemberships"], clientNumber=client_number)
+
+    async def clientpackages(self, client_number: str) -> list[ClientPackage]:
+        return await self._get(_E["clientpackages"], clientNumber=client_number)
+
+    async def pointsbalance(self, client_number: str) -> list[PointsBalance]:
+        return await self._get(_E["pointsbalance"], clientNumber=client_number)
+
+    async def getpointstransactions(
+        self, client_number: str, start_date: date | str, end_date: date | str
+    ) -> list[PointsTransaction]:
+        return await self._get(
+            _E["getpointstransactions"], clientNumber=client_number, startDate=start_date, endDate=end_date
+        )
+
+    async def billinginfo(self, client_number: str) -> list[BillingAccount]:
+        return await self._get(_E["billinginfo"], clientNumber=client_number)
+
+    async def transactionhistory(
+        self, client_number: str, start_date: date | str | None = None, end_date: date | str | None = None
+    ) -> list[Transaction]:
+        return await self._get(
+            _E["transactionhistory"], clientNumber=client_number, startDate=start_date, endDate=end_date
+        )
+
+    async def affiliatedpackageclients(self, membership_id: str) -> list[AffiliatedClient]:
+        return await self._get(_E["affiliatedpackageclients"], membershipId=membership_id)
+
+    # -- client writes (keyword body fields, logical names) ----------------------------------------
+
+    async def insert_client(self, **body: Unpack[InsertClientBody]) -> InsertClientAnswer:
+        return await self._post(_E["insert_client"], body)
+
+    async def update_demographics(self, **body: Unpack[UpdateDemographicsBody]) -> ClientAnswer:
+        return await self._post(_E["update_demographics"], body)
+
+    async def update_billing_info(self, **body: Unpack[UpdateBillingInfoBody]) -> BillingAccountAnswer:
+        return await self._post(_E["update_billing_info"], body)
+
+    async def insert_comment(self, **body: Unpack[InsertCommentBody]) -> CommentAnswer:
+        return await self._post(_E["insert_comment"], body)
+
+    async def insert_membership(self, **body: Unpack[InsertMembershipBody]) -> MembershipIdAnswer:
+        return await self._post(_E["insert_membership"], body)
+
+    async def insert_gift_cert(self, **body: Unpack[InsertGiftCertBody]) -> GiftCertAnswer:
+        return await self._post(_E["insert_gift_cert"], body)
+
+    async def freeze_membership(self, **body: Unpack[FreezeMembershipBody]) -> MembershipAnswer:
+        return await self._post(_E["freeze_membership"], body)
+
+    async def unfreeze_membership(self, **body: Unpack[MembershipBody]) -> MembershipAnswer:
+        return await self._post(_E["unfreeze_membership"], body)
+
+    async def activate_membership(self, **body: Unpack[MembershipBody]) -> MembershipAnswer:
+        return await self._post(_E["activate_membership"], body)
+
+    async def upgrade_membership(self, **body: Unpack[ChangeMembershipBody]) -> MembershipAnswer:
+        return await self._post(_E["upgrade_membership"], body)
+
+    async def downgrade_membership(self, **body: Unpack[ChangeMembershipBody]) -> MembershipAnswer:
+        return await self._post(_E["downgrade_membership"], body)
+
+    async def cancel_membership(self, **body: Unpack[CancelMembershipBody]) -> MembershipAnswer:
+        return await self._post(_E["cancel_membership"], body)
+
+    async def post_account_ledger_payment(
+        self, **body: Unpack[PostAccountLedgerPaymentBody]
+    ) -> BalanceAnswer:
+        return await self._post(_E["post_account_ledger_payment"], body)
+
+    async def insert_points(self, **body: Unpack[InsertPointsBody]) -> PointsAnswer:
+        return await self._post(_E["insert_points"], body)
+
+    async def update_comm_prefs(self, **body: Unpack[UpdateCommPrefsBody]) -> PreferencesAnswer:
+        return await self._post(_E["update_comm_prefs"], body)
+
+    async def insert_transaction(self, **body: Unpack[InsertTransactionBody]) -> ReceiptAnswer:
+        return await self._post(_E["insert_transaction"], body)
+
+    async def insert_payment(self, **body: Unpack[InsertPaymentBody]) -> PaymentAnswer:
+        return await self._post(_E["insert_payment"], body)
+
+    async def share_affiliated_package(self, **body: Unpack[AffiliatedPackageBody]) -> SharedClientsAnswer:
+        return await self._post(_E["share_affiliated_package"], body)
+
+    async def unshare_affiliated_package(self, **body: Unpack[AffiliatedPackageBody]) -> SharedClientsAnswer:
+        return await self._post(_E["unshare_affiliated_package"], body)
+
+    async def insert_profile_answers(self, **body: Unpack[InsertProfileAnswersBody]) -> CountAnswer:
+        return await self._post(_E["insert_profile_answers"], body)
+
+    async def add_referral(self, **body: Unpack[AddReferralBody]) -> ReferralAnswer:
+        return await self._post(_E["add_referral"], body)
+
+    async def generate_web_document(self, **body: Unpack[GenerateWebDocumentBody]) -> UrlAnswer:
+        return await self._post(_E["generate_web_document"], body)
+
+    # -- user writes -----------------------------------------------------------------------------
+
+    async def register_user(self, **body: Unpack[RegisterUserBody]) -> RegisterAnswer:
+        return await self._post(_E["register_user"], body)
+
+    async def reset_password(self, **body: Unpack[ResetPasswordBody]) -> ResetAnswer:
+        return await self._post(_E["reset_password"], body)
+
+    async def login(self, **body: Unpack[LoginBody]) -> LoginAnswer:
+        return await self._post(_E["login"], body)
+
+
+def _secret_values(body: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(v) for k, v in body.items() if k in _SECRET_BODY_FIELDS and v not in (None, ""))
+
+
+def _default_transport(opts: ClientOptions) -> httpx.AsyncBaseTransport:
+    limits = httpx.Limits(
+        max_connections=opts.max_concurrency,
+        max_keepalive_connections=opts.max_concurrency,
+        keepalive_expiry=30.0,
+    )
+    if opts.transport == "aiohttp":
+        from httpx_aiohttp import AiohttpTransport
+
+        return AiohttpTransport(limits=limits)
+    return httpx.AsyncHTTPTransport(limits=limits)
