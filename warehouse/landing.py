@@ -1,0 +1,680 @@
+"""The landing zone: Parquet per table and night, published atomically, one sync at a time.
+
+Layout (see :mod:`membersync.warehouse.paths`)::
+
+    landing/<table>/snapshot_date=D/part-<run_id>-<batch>.parquet     published (named by a manifest)
+    landing/_quarantine/snapshot_date=D/part-<run_id>-<batch>.parquet rows that could not be typed
+    landing/_manifests/D.json                                         the night's commit
+    landing/_staging/D/run.json                                       the run being written (id, mode)
+    landing/_staging/D/discovery.json                                 the client list of that run
+    landing/_staging/D/batches/<batch>/<table>.parquet                a staged batch ...
+    landing/_staging/D/batches/<batch>.done                           ... and its done marker
+    state/state.json                                                  watermark, committed nights
+
+How a night stays safe:
+
+* **Batches are atomic.** A batch is written into a temporary folder, every file fsynced, the
+  folder renamed into place, then its done marker written (temporary name, fsync, rename). A
+  batch without a marker does not exist; a rerun of the same night skips batches that have one.
+* **The manifest is the commit.** ``commit`` renames the staged files into their published
+  paths (same file system: atomic, already fsynced), then writes the manifest last. Readers read
+  only files a manifest names, so a crash before the manifest leaves the previous state intact;
+  files of the earlier run of the same night are deleted only after the new manifest is in place.
+* **Crash recovery.** ``recover`` (also run by ``open_night``) removes temporary files, moves the
+  published files of an uncommitted run back into staging (so the run can resume), deletes
+  orphans no manifest names, and drops staging areas of runs already committed.
+* **State never runs ahead.** :meth:`LandingZone.state` is derived from the manifests;
+  ``state.json`` is a copy written after each commit, for people and tools.
+* **Owner only.** Files 0600, folders 0700, set explicitly (not left to the umask).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from membersync.models.coerce import to_json
+from membersync.models.tables import BY_NAME, QUARANTINE_SCHEMA
+from membersync.warehouse.crashpoints import crashpoint
+from membersync.warehouse.manifest import (
+    Manifest,
+    TableFiles,
+    manifest_path,
+    read_manifest,
+    read_manifests,
+)
+from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["full", "incremental"]
+MODES: tuple[str, ...] = ("full", "incremental")
+QUARANTINE_DIR = "_quarantine"  # published like a table, but not one of the landed tables
+QUARANTINE_FILE = "_quarantine.parquet"  # its name inside a staged batch
+COMPRESSION = "zstd"
+TMP_MARK = ".tmp-"  # every temporary name carries it; recover() deletes them
+_BATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_NIGHT_DIR = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_RESERVED_TOP = frozenset({"_manifests", "_staging"})
+
+
+class LandingError(RuntimeError):
+    """The landing zone cannot do what was asked; the message says what and where."""
+
+
+class LandingWriteError(LandingError):
+    """A write failed (disk full, file too large, permissions); nothing half-written is published."""
+
+
+class AlreadyRunning(LandingError):
+    """Another sync holds the data dir's lock."""
+
+
+@dataclass(frozen=True)
+class SyncState:
+    last_night: dt.date | None
+    watermark: str | None
+    committed: list[dt.date]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": 1,
+                "last_night": self.last_night.isoformat() if self.last_night else None,
+                "watermark": self.watermark,
+                "committed": [d.isoformat() for d in self.committed],
+            },
+            indent=2,
+        )
+
+
+# --- small file-system helpers (explicit modes, fsync) -------------------------------------------
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_dirs(path: Path, root: Path) -> None:
+    """Create ``path`` (and missing parents below ``root``) owner-only, whatever the umask."""
+    missing = []
+    probe = path
+    while not probe.exists() and probe != root and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, DIR_MODE)
+        os.chmod(folder, DIR_MODE)
+        _fsync_dir(folder.parent)
+
+
+def _open_new(path: Path) -> int:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    return fd
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Temporary name, fsync, rename over ``path``, fsync the folder; no temp file survives an error."""
+    tmp = _tmp_name(path)
+    try:
+        fd = _open_new(tmp)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    fd = _open_new(path)
+    with os.fdopen(fd, "wb") as handle:
+        pq.write_table(table, handle, compression=COMPRESSION)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        return f"{exc.strerror or name} ({name})"
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+def _watermark_key(value: str) -> tuple[int, str]:
+    """Order watermarks as instants when they parse, else as text (after every instant)."""
+    try:
+        moment = dt.datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return 0, moment.astimezone(dt.UTC).isoformat()
+    except ValueError:
+        return 1, value
+
+
+def _state_of(manifests: list[Manifest]) -> SyncState:
+    committed = sorted(m.snapshot_date for m in manifests)
+    marks = [m.watermark for m in manifests if m.watermark]
+    return SyncState(
+        last_night=committed[-1] if committed else None,
+        watermark=max(marks, key=_watermark_key) if marks else None,
+        committed=committed,
+    )
+
+
+# --- the zone ------------------------------------------------------------------------------------
+
+
+class LandingZone:
+    """The landing zone of one data dir. Mutations happen inside ``with zone.lock():``."""
+
+    def __init__(self, data_dir: DataDir) -> None:
+        self.data_dir = data_dir
+        self._lock_fd: int | None = None
+
+    # -- locking ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[LandingZone]:
+        """Hold ``DATA_DIR/.lock`` (flock, non-blocking); raise :class:`AlreadyRunning` at once."""
+        self._ensure_root()
+        path = self.data_dir.lock_file
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise AlreadyRunning(
+                    f"another sync is running on {self.data_dir.root} (pid {holder or 'unknown'})"
+                ) from None
+            raise LandingError(f"cannot lock {path}: {_describe(exc)}") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._lock_fd = fd
+            yield self
+        finally:
+            self._lock_fd = None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @property
+    def locked(self) -> bool:
+        return self._lock_fd is not None
+
+    def _require_lock(self, what: str) -> None:
+        if self._lock_fd is None:
+            raise LandingError(f"{what} needs the data dir's lock: call it inside `with zone.lock():`")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self._lock_fd is not None:
+            yield
+        else:
+            with self.lock():
+                yield
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def manifests(self) -> list[Manifest]:
+        """Every committed night, oldest first."""
+        return read_manifests(self.data_dir.manifests)
+
+    def manifest(self, night: dt.date) -> Manifest | None:
+        return read_manifest(self.data_dir.manifests, night)
+
+    def state(self) -> SyncState:
+        """Derived from the manifests (the commits), so never ahead of committed data."""
+        derived = _state_of(self.manifests())
+        saved = self._saved_state()
+        if saved is not None and saved != derived.to_json():
+            log.info("state.json differs from the committed manifests; using the manifests")
+        return derived
+
+    def read(self, table_name: str, night: dt.date) -> pa.Table:
+        """The committed rows of one table on one night (only the files its manifest names)."""
+        manifest = self.manifest(night)
+        files = manifest.tables.get(table_name) if manifest else None
+        if table_name == QUARANTINE_DIR and manifest is not None:
+            files = manifest.quarantine
+        schema = QUARANTINE_SCHEMA if table_name == QUARANTINE_DIR else BY_NAME[table_name].schema
+        if not files or not files.files:
+            return schema.empty_table()
+        parts = [pq.read_table(self.data_dir.landing / f, schema=schema) for f in files.files]
+        return pa.concat_tables(parts)
+
+    def _saved_state(self) -> str | None:
+        try:
+            return self.data_dir.state_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def open_night(self, night: dt.date, mode: str) -> Night:
+        """Start the night's run, or resume an interrupted run of the same night and mode."""
+        self._require_lock("open_night")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self._ensure_dirs()
+        self.recover()
+        folder = self.data_dir.staging / night.isoformat()
+        run = _read_json(folder / "run.json")
+        if isinstance(run, dict) and run.get("mode") == mode and isinstance(run.get("run_id"), str):
+            log.info("night %s: resuming run %s", night, run["run_id"])
+            return Night(self, night, mode, run["run_id"], resumed=True)
+        if folder.exists():
+            log.info("night %s: discarding an interrupted run of another mode (%s)", night, run)
+            _remove(folder)
+        run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+        try:
+            _make_dirs(folder / "batches", self.data_dir.root)
+            body = {"run_id": run_id, "mode": mode, "night": night.isoformat()}
+            _write_bytes_atomic(folder / "run.json", json.dumps(body).encode())
+        except OSError as exc:
+            raise LandingWriteError(f"cannot start night {night} in {folder}: {_describe(exc)}") from None
+        return Night(self, night, mode, run_id, resumed=False)
+
+    def recover(self) -> None:
+        """Bring the zone back to "only committed files are published" after any crash.
+
+        Removes temporary files; moves published files of an uncommitted (resumable) run back
+        into its staging area; deletes published files no manifest names; drops staging areas
+        of runs that were committed. Never touches a file a manifest names.
+        """
+        with self._locked():
+            landing = self.data_dir.landing
+            if not landing.exists():
+                return
+            manifests = self.manifests()  # a malformed manifest raises: then nothing is deleted
+            named = {f for m in manifests for t in m.tables.values() for f in t.files}
+            named |= {f for m in manifests for f in m.quarantine.files}
+            committed_run = {m.snapshot_date: m.run_id for m in manifests}
+            self._sweep_temp(self.data_dir.manifests)
+            self._sweep_temp(self.data_dir.state_file.parent)
+            pending = self._recover_staging(committed_run)
+            self._recover_published(named, pending)
+            self._write_state(manifests)
+
+    # -- recovery steps -------------------------------------------------------------------------
+
+    def _sweep_temp(self, folder: Path) -> None:
+        if folder.exists():
+            for entry in folder.iterdir():
+                if TMP_MARK in entry.name:
+                    _remove(entry)
+
+    def _recover_staging(self, committed_run: Mapping[dt.date, str]) -> dict[dt.date, tuple[str, Path]]:
+        """Clean every staging area; the resumable ones, by night: (run_id, folder)."""
+        pending: dict[dt.date, tuple[str, Path]] = {}
+        staging = self.data_dir.staging
+        if not staging.exists():
+            return pending
+        for folder in sorted(staging.iterdir()):
+            if TMP_MARK in folder.name or not _NIGHT_DIR.fullmatch(folder.name):
+                _remove(folder)
+                continue
+            night = dt.date.fromisoformat(folder.name)
+            run = _read_json(folder / "run.json")
+            run_id = run.get("run_id") if isinstance(run, dict) else None
+            if not isinstance(run_id, str) or committed_run.get(night) == run_id:
+                _remove(folder)  # never started, or committed and its cleanup was interrupted
+                continue
+            self._sweep_temp(folder)
+            batches = folder / "batches"
+            if batches.exists():
+                for entry in batches.iterdir():
+                    unmarked = entry.is_dir() and not (batches / f"{entry.name}.done").exists()
+                    if TMP_MARK in entry.name or unmarked:
+                        _remove(entry)
+            pending[night] = (run_id, folder)
+        return pending
+
+    def _recover_published(self, named: set[str], pending: Mapping[dt.date, tuple[str, Path]]) -> None:
+        landing = self.data_dir.landing
+        for top in sorted(landing.iterdir()):
+            if top.name in _RESERVED_TOP or not top.is_dir():
+                continue
+            for partition in sorted(top.iterdir()):
+                if not partition.is_dir():
+                    _remove(partition)
+                    continue
+                for entry in sorted(partition.iterdir()):
+                    rel = f"{top.name}/{partition.name}/{entry.name}"
+                    if rel in named:
+                        continue
+                    if not self._return_to_staging(entry, top.name, partition.name, pending):
+                        log.info("recover: removing %s (no manifest names it)", rel)
+                        _remove(entry)
+                _fsync_dir(partition)
+                if not any(partition.iterdir()):
+                    partition.rmdir()
+            if not any(top.iterdir()):
+                top.rmdir()
+        _fsync_dir(landing)
+
+    def _return_to_staging(
+        self, entry: Path, table: str, partition: str, pending: Mapping[dt.date, tuple[str, Path]]
+    ) -> bool:
+        """A published file of an interrupted commit goes back to its staged batch (True if moved)."""
+        try:
+            night = dt.date.fromisoformat(partition.removeprefix("snapshot_date="))
+        except ValueError:
+            return False
+        if night not in pending:
+            return False
+        run_id, folder = pending[night]
+        prefix = f"part-{run_id}-"
+        if not (entry.name.startswith(prefix) and entry.name.endswith(".parquet")):
+            return False
+        batch = entry.name[len(prefix) : -len(".parquet")]
+        batches = folder / "batches"
+        staged = batches / batch / (QUARANTINE_FILE if table == QUARANTINE_DIR else f"{table}.parquet")
+        if not (batches / f"{batch}.done").exists() or staged.exists() or not staged.parent.is_dir():
+            return False
+        os.rename(entry, staged)
+        _fsync_dir(staged.parent)
+        log.info("recover: %s back to staging (run %s not committed)", entry.name, run_id)
+        return True
+
+    def _write_state(self, manifests: list[Manifest]) -> None:
+        text = _state_of(manifests).to_json()
+        if self._saved_state() == text:
+            return
+        path = self.data_dir.state_file
+        _make_dirs(path.parent, self.data_dir.root)
+        _write_bytes_atomic(path, text.encode())
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def _ensure_root(self) -> None:
+        root = self.data_dir.root
+        if not root.exists():
+            _make_dirs(root, root.parent)
+        os.chmod(root, DIR_MODE)
+
+    def _ensure_dirs(self) -> None:
+        self._ensure_root()
+        d = self.data_dir
+        for folder in (d.landing, d.manifests, d.staging, d.state_file.parent):
+            _make_dirs(folder, d.root)
+            os.chmod(folder, DIR_MODE)
+
+
+def _read_pid(fd: int) -> str | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return text if text.isdigit() else None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# --- a night being written --------------------------------------------------------------------------
+
+
+class Night:
+    """One run of one night: staged batches, then one commit."""
+
+    def __init__(self, zone: LandingZone, night: dt.date, mode: str, run_id: str, *, resumed: bool) -> None:
+        self.zone = zone
+        self.night = night
+        self.mode = mode
+        self.run_id = run_id
+        self.resumed = resumed
+        self.folder = zone.data_dir.staging / night.isoformat()
+        self.batches = self.folder / "batches"
+        self.committed: Manifest | None = None
+
+    def __repr__(self) -> str:
+        return f"Night({self.night}, mode={self.mode}, run_id={self.run_id}, resumed={self.resumed})"
+
+    # -- discovery ------------------------------------------------------------------------------
+
+    def saved_discovery(self) -> list[dict[str, Any]] | None:
+        """The client list saved by this run (before an interruption), or None."""
+        value = _read_json(self.folder / "discovery.json")
+        if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            return value
+        if value is not None:
+            log.warning("night %s: saved discovery is malformed; discovering again", self.night)
+        return None
+
+    def save_discovery(self, clients: list[dict[str, Any]]) -> None:
+        """Keep the client list, so a resumed run forms the same batches (secrets scrubbed)."""
+        self._check_open("save_discovery")
+        try:
+            _write_bytes_atomic(self.folder / "discovery.json", to_json(clients).encode())
+        except OSError as exc:
+            raise LandingWriteError(
+                f"cannot save discovery of night {self.night}: {_describe(exc)}"
+            ) from None
+
+    # -- batches --------------------------------------------------------------------------------
+
+    def done_batches(self) -> set[str]:
+        if not self.batches.exists():
+            return set()
+        return {
+            p.name.removesuffix(".done")
+            for p in self.batches.iterdir()
+            if p.name.endswith(".done") and TMP_MARK not in p.name
+        }
+
+    def write_batch(
+        self, batch_id: str, tables: Mapping[str, pa.Table], quarantine: pa.Table | None = None
+    ) -> None:
+        """Stage one batch atomically: all its tables (and quarantine) or none, then a done marker."""
+        self._check_open("write_batch")
+        if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id) or TMP_MARK in batch_id:
+            raise ValueError(f"bad batch id {batch_id!r}: use letters, digits, '.', '_', '-' (max 128)")
+        typed = {name: _checked(name, table) for name, table in tables.items()}
+        if quarantine is not None:
+            quarantine = _conform(quarantine, QUARANTINE_SCHEMA, "quarantine")
+        marker = self.batches / f"{batch_id}.done"
+        final = self.batches / batch_id
+        tmp = _tmp_name(final)
+        try:
+            if marker.exists():  # rewriting a done batch: it is not done until rewritten
+                marker.unlink()
+                _fsync_dir(self.batches)
+            if final.exists():
+                _remove(final)
+            _make_dirs(tmp, self.zone.data_dir.root)
+            rows: dict[str, int] = {}
+            for name, table in typed.items():
+                rows[name] = table.num_rows
+                if table.num_rows:
+                    _write_parquet(table, tmp / f"{name}.parquet")
+            by_table = _count_by_table(quarantine)
+            if quarantine is not None and quarantine.num_rows:
+                _write_parquet(quarantine, tmp / QUARANTINE_FILE)
+            _fsync_dir(tmp)
+            os.rename(tmp, final)
+            _fsync_dir(self.batches)
+            body = {"batch": batch_id, "tables": rows, "quarantine": by_table}
+            _write_bytes_atomic(marker, json.dumps(body, sort_keys=True).encode())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                _remove(tmp)
+            raise LandingWriteError(
+                f"cannot write batch {batch_id!r} of night {self.night} under {self.batches}: "
+                f"{_describe(exc)}"
+            ) from None
+        crashpoint("after_batch_landed")
+
+    # -- commit ---------------------------------------------------------------------------------
+
+    def commit(self, watermark: str | None, clients_synced: int, stats: dict[str, Any]) -> Manifest:
+        """Publish every done batch and write the manifest (the commit); then save state, clean up."""
+        self._check_open("commit")
+        try:
+            json.dumps(stats)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"commit stats must be JSON: {exc}") from None
+        crashpoint("before_commit")
+        markers = self._markers()
+        landing = self.zone.data_dir.landing
+        partition = f"snapshot_date={self.night.isoformat()}"
+        tables: dict[str, list[str]] = {}
+        rows: dict[str, int] = {}
+        quarantine_files: list[str] = []
+        by_table: dict[str, int] = {}
+        try:
+            moved_into: set[Path] = set()
+            for batch, body in markers:
+                for name, count in sorted(body["tables"].items()):
+                    tables.setdefault(name, [])
+                    rows[name] = rows.get(name, 0) + count
+                    if count:
+                        rel = f"{name}/{partition}/part-{self.run_id}-{batch}.parquet"
+                        self._publish(self.batches / batch / f"{name}.parquet", landing / rel, moved_into)
+                        tables[name].append(rel)
+                if body["quarantine"]:
+                    rel = f"{QUARANTINE_DIR}/{partition}/part-{self.run_id}-{batch}.parquet"
+                    self._publish(self.batches / batch / QUARANTINE_FILE, landing / rel, moved_into)
+                    quarantine_files.append(rel)
+                    for name, count in body["quarantine"].items():
+                        by_table[name] = by_table.get(name, 0) + count
+            for folder in moved_into:
+                _fsync_dir(folder)
+            crashpoint("after_publish")
+            manifest = Manifest(
+                snapshot_date=self.night,
+                run_id=self.run_id,
+                mode=self.mode,
+                committed_at=f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
+                watermark=watermark,
+                clients_synced=clients_synced,
+                tables={name: TableFiles(tuple(files), rows[name]) for name, files in tables.items()},
+                quarantine=TableFiles(tuple(quarantine_files), sum(by_table.values())),
+                quarantine_by_table=by_table,
+                stats=stats,
+            )
+            path = manifest_path(self.zone.data_dir.manifests, self.night)
+            _write_bytes_atomic(path, manifest.to_json().encode())
+        except OSError as exc:
+            raise LandingWriteError(
+                f"cannot commit night {self.night} (run {self.run_id}): {_describe(exc)}; "
+                "the previously committed state is unchanged"
+            ) from None
+        self.committed = manifest
+        crashpoint("after_commit")
+        self._after_commit(manifest)
+        return manifest
+
+    def _after_commit(self, manifest: Manifest) -> None:
+        """State and cleanup: a failure here loses nothing (recover() finishes the job)."""
+        zone = self.zone
+        try:
+            zone._write_state(zone.manifests())
+            crashpoint("after_state_saved")
+            keep = set(manifest.quarantine.files).union(*(t.files for t in manifest.tables.values()))
+            partition = f"snapshot_date={self.night.isoformat()}"
+            for top in zone.data_dir.landing.iterdir():
+                folder = top / partition
+                if top.name in _RESERVED_TOP or not folder.is_dir():
+                    continue
+                for entry in folder.iterdir():
+                    if f"{top.name}/{partition}/{entry.name}" not in keep:
+                        _remove(entry)  # the replaced files of an earlier run of this night
+                _fsync_dir(folder)
+            _remove(self.folder)
+            _fsync_dir(zone.data_dir.staging)
+        except OSError as exc:
+            log.warning(
+                "night %s committed; cleanup incomplete (%s), recover() will finish it", self.night, exc
+            )
+
+    def _publish(self, staged: Path, published: Path, moved_into: set[Path]) -> None:
+        if staged.exists():
+            _make_dirs(published.parent, self.zone.data_dir.root)
+            os.rename(staged, published)
+            moved_into.add(published.parent)
+        elif not published.exists():  # neither staged nor moved by an interrupted commit
+            raise LandingError(f"night {self.night}: staged file {staged} is missing; rerun the night")
+
+    def _markers(self) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for batch in sorted(self.done_batches()):
+            body = _read_json(self.batches / f"{batch}.done")
+            if not isinstance(body, dict) or not isinstance(body.get("tables"), dict):
+                raise LandingError(f"night {self.night}: done marker of batch {batch!r} is unreadable")
+            body.setdefault("quarantine", {})
+            out.append((batch, body))
+        return out
+
+    def _check_open(self, what: str) -> None:
+        self.zone._require_lock(what)
+        if self.committed is not None:
+            raise LandingError(f"night {self.night} (run {self.run_id}) is already committed")
+
+
+def _checked(name: str, table: pa.Table) -> pa.Table:
+    declared = BY_NAME.get(name)
+    if declared is None:
+        raise ValueError(f"unknown landed table {name!r}")
+    return _conform(table, declared.schema, name)
+
+
+def _conform(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.select(schema.names).cast(schema)
+    except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"table {name!r} does not have its declared schema: {exc}") from None
+
+
+def _count_by_table(quarantine: pa.Table | None) -> dict[str, int]:
+    if quarantine is None or not quarantine.num_rows:
+        return {}
+    counts = quarantine.group_by("table_name").aggregate([("table_name", "count")])
+    return dict(zip(counts["table_name"].to_pylist(), counts["table_name_count"].to_pylist(), strict=True))
