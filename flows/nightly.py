@@ -1,0 +1,649 @@
+"""One night of sync: configuration, discovery, per-client fan-out, land, commit, build.
+
+Two ways to run the same steps:
+
+* :func:`run_night` — a plain function (no Prefect), for tests, the benchmark and embedding.
+* :func:`nightly_sync` — the Prefect 3 flow: one task for configuration, one for discovery,
+  one task **per batch** of clients (a few hundred clients each, so 100,000 clients are a few
+  hundred task runs), one for the commit and one for the warehouse build.
+
+Both drive a :class:`NightRun` through :func:`drive`. The run holds the one
+:class:`~membersync.extract.client.ServiceClient` of the night (one connection pool, one
+rate limiter); Prefect tasks reach it through the module-level run registry by a run key,
+never as a parameter, so credentials and data never become Prefect parameters or results
+(every task uses ``NO_CACHE`` and persists nothing).
+
+Order of a night (the landing zone makes it restartable):
+
+1. Configuration lists, written as batch ``"config"``; the store list's timezones type local
+   datetimes and its store codes drive discovery.
+2. Discovery (saved with the night, so a resumed run syncs the same clients in the same batches).
+3. Batches of sorted client numbers; batches already written by an interrupted run of the same
+   night are skipped; each batch is written atomically.
+4. Commit (the manifest is written last), then the warehouse build and the report CSVs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.flows import batches as B
+from membersync.flows.progress import NullProgress, Progress
+from membersync.models.coerce import TimezoneLookup
+from membersync.warehouse.paths import DataDir
+
+log = logging.getLogger(__name__)
+
+CONFIG_BATCH = "config"
+
+
+# --- options ------------------------------------------------------------------------------------
+
+_ENV = {
+    "batch_size": "MEMBERSYNC_BATCH_SIZE",
+    "batches_in_flight": "MEMBERSYNC_BATCHES_IN_FLIGHT",
+    "lookback_days": "MEMBERSYNC_LOOKBACK_DAYS",
+    "points_start": "MEMBERSYNC_POINTS_START",
+    "watermark_overlap": "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES",
+}
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """How a night runs. Every field has an environment variable (see :meth:`from_env`)."""
+
+    batch_size: int = 250  # clients per batch (= per Prefect task run)
+    batches_in_flight: int = 2  # so the tail of one batch overlaps the next
+    lookback_days: int = 7  # history window of later nights: last committed night minus this
+    points_start: dt.date = dt.date(2000, 1, 1)  # first night: points transactions from this date
+    watermark_overlap: dt.timedelta = dt.timedelta(minutes=15)
+    build: bool = True  # build the warehouse and export reports after the commit
+    client_options: Any = None  # membersync.extract.client.ClientOptions | None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
+        """Defaults overridden by ``MEMBERSYNC_BATCH_SIZE``, ``MEMBERSYNC_BATCHES_IN_FLIGHT``,
+        ``MEMBERSYNC_LOOKBACK_DAYS``, ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD) and
+        ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES``; a bad value raises a one-line SettingsError."""
+        env = os.environ if env is None else env
+        kw: dict[str, Any] = {}
+        for name, minimum in (("batch_size", 1), ("batches_in_flight", 1), ("lookback_days", 0)):
+            raw = env.get(_ENV[name])
+            if raw:
+                kw[name] = _int_setting(_ENV[name], raw, minimum)
+        if raw := env.get(_ENV["points_start"]):
+            try:
+                kw["points_start"] = dt.date.fromisoformat(raw)
+            except ValueError:
+                raise SettingsError(
+                    f"{_ENV['points_start']} must be a date YYYY-MM-DD, got {raw!r}"
+                ) from None
+        if raw := env.get(_ENV["watermark_overlap"]):
+            minutes = _int_setting(_ENV["watermark_overlap"], raw, 0)
+            kw["watermark_overlap"] = dt.timedelta(minutes=minutes)
+        return cls(**kw)
+
+
+def _int_setting(name: str, raw: str, minimum: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+# --- the summary -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunSummary:
+    """What a night did. Holds counts only (never data, never a secret)."""
+
+    night: dt.date
+    run_id: str = ""
+    mode: str = "full"
+    status: str = "running"  # running | committed | failed
+    resumed: bool = False
+    clients: int = 0
+    batches: int = 0
+    batches_skipped: int = 0  # written by an interrupted run of the same night
+    rows: dict[str, int] = field(default_factory=dict)
+    quarantined: int = 0
+    requests: int = 0
+    retries: int = 0
+    status_429: int = 0
+    errors: int = 0
+    duration_s: float = 0.0
+    cpu_s: float = 0.0
+    watermark: str | None = None
+    window: str = ""
+    build: str = "not run"
+    reports: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["night"] = self.night.isoformat()
+        out["requests_per_s"] = round(self.requests_per_s, 1)
+        out["duration_s"] = round(self.duration_s, 3)
+        out["cpu_s"] = round(self.cpu_s, 3)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The part recorded in the night's manifest."""
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "status_429": self.status_429,
+            "errors": self.errors,
+            "duration_s": round(self.duration_s, 3),
+            "cpu_s": round(self.cpu_s, 3),
+            "batches": self.batches,
+            "batches_skipped": self.batches_skipped,
+            "resumed": self.resumed,
+            "window": self.window,
+        }
+
+    def table_rows(self) -> list[dict[str, str]]:
+        """The summary as rows of (item, value): the terminal table and the Prefect artifact."""
+        rows = [
+            ("night", self.night.isoformat()),
+            ("status", self.status),
+            ("mode", self.mode + (" (resumed)" if self.resumed else "")),
+            ("clients synced", f"{self.clients:,}"),
+            ("batches", f"{self.batches} ({self.batches_skipped} reused from the interrupted run)"),
+            ("history window", self.window),
+            ("requests", f"{self.requests:,}"),
+            ("requests/s", f"{self.requests_per_s:,.0f}"),
+            ("retries", f"{self.retries:,}"),
+            ("429 answers", f"{self.status_429:,}"),
+            ("duration", f"{self.duration_s:,.1f} s"),
+            ("watermark", self.watermark or "-"),
+            ("warehouse build", self.build),
+        ]
+        rows += [(f"rows: {name}", f"{count:,}") for name, count in sorted(self.rows.items())]
+        rows.append(("rows: quarantined", f"{self.quarantined:,}"))
+        if self.error:
+            rows.append(("error", self.error))
+        return [{"item": k, "value": v} for k, v in rows]
+
+
+# --- the lock (re-entrant within a process) ------------------------------------------------------------
+
+_held_locks: dict[Path, int] = {}
+_held_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def holding_lock(zone: Any, data_dir: DataDir) -> Iterator[None]:
+    """The data dir's sync lock, taken once per process.
+
+    ``membersync sync`` takes the lock *before* it starts Prefect (so a second sync says
+    "already running" at once, not after the ephemeral server's start); the flow then takes
+    it again in the same process, which must not block on itself.
+    """
+    key = data_dir.root.resolve()
+    with _held_guard:
+        if key in _held_locks:
+            _held_locks[key] += 1
+            nested = True
+        else:
+            nested = False
+    if nested:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held_locks[key] -= 1
+        return
+    with zone.lock():
+        with _held_guard:
+            _held_locks[key] = 1
+        try:
+            yield
+        finally:
+            with _held_guard:
+                del _held_locks[key]
+
+
+# --- one night -------------------------------------------------------------------------------------
+
+
+class NightRun:
+    """The state of one night between its steps: the client, the open night, the batches."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        data_dir: DataDir,
+        night: dt.date,
+        *,
+        full: bool = False,
+        options: SyncOptions | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        from membersync.warehouse.landing import LandingZone
+
+        self.settings = settings
+        self.data_dir = data_dir
+        self.night_date = night
+        self.full = full
+        self.options = options or SyncOptions()
+        self.progress: Progress = progress or NullProgress()
+        self.zone = LandingZone(data_dir)
+        self.summary = RunSummary(night=night)
+        self.client: Any = None
+        self.night: Any = None
+        self.tz = TimezoneLookup()
+        self.affiliated: frozenset[str] = frozenset()
+        self.storecodes: list[str] = []
+        self.batches: dict[str, B.Batch] = {}
+        self.window: B.Window | None = None
+        self.previous_watermark: str | None = None
+        self._discovery: B.Discovery | None = None
+        self._started = time.perf_counter()
+        self._cpu_started = time.process_time()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open (or resume) the night and the client. The caller holds the data dir's lock."""
+        from membersync.extract.client import ServiceClient
+
+        self.data_dir.ensure()
+        self.zone.recover()
+        state = self.zone.state()
+        self.previous_watermark = state.watermark
+        full = self.full or state.last_night is None
+        mode = "full" if full else "incremental"
+        self.night = self.zone.open_night(self.night_date, mode)
+        self.window = B.Window.for_night(
+            self.night_date,
+            None if full else state.last_night,
+            full=full,
+            lookback_days=self.options.lookback_days,
+            points_start=self.options.points_start,
+        )
+        self.summary.run_id = self.night.run_id
+        self.summary.mode = mode
+        self.summary.resumed = bool(self.night.resumed)
+        self.summary.window = self.window.describe()
+        self.client = ServiceClient.from_settings(self.settings, self.options.client_options)
+        await self.client.__aenter__()
+        self.progress.attach(lambda: self.client.stats)
+        log.info(
+            "night %s: %s run %s%s, window %s",
+            self.night_date,
+            mode,
+            self.night.run_id,
+            " (resuming)" if self.night.resumed else "",
+            self.summary.window,
+        )
+
+    async def close(self) -> None:
+        if self.client is not None:
+            self._collect_stats()
+            await self.client.aclose()
+            self.client = None
+
+    # -- steps ----------------------------------------------------------------------------------------
+
+    async def land_config(self) -> int:
+        """Fetch every configuration list (always: stores, timezones and packages drive the
+        rest of the night); write them as batch "config" unless a resumed run already did."""
+        self.progress.phase("configuration")
+        typed, stores = await B.fetch_config(self.client)
+        self.tz = TimezoneLookup.from_stores(stores)
+        self.storecodes = B.store_codes(stores)
+        packages = typed.tables["sellable_packages"]
+        self.affiliated = frozenset(
+            packages.filter(packages["affiliated"].fill_null(False))["package_id"].to_pylist()
+        )
+        if CONFIG_BATCH not in self.night.done_batches():
+            await asyncio.to_thread(
+                self.night.write_batch, CONFIG_BATCH, typed.tables, typed.quarantine_table
+            )
+        return sum(typed.rows.values())
+
+    async def discover(self) -> list[str]:
+        """The night's clients (saved, so a resumed run reuses them) and its pending batch ids."""
+        self.progress.phase("discovery")
+        saved = self.night.saved_discovery()
+        if saved is not None:
+            discovery = B.summarize_discovery(saved, self.previous_watermark)
+        else:
+            since = (
+                None
+                if self.summary.mode == "full"
+                else B.modified_since(self.previous_watermark, self.options.watermark_overlap)
+            )
+            discovery = await B.discover(self.client, self.storecodes, since, self.previous_watermark)
+            await asyncio.to_thread(self.night.save_discovery, discovery.clients)
+        self._discovery = discovery
+        self.summary.clients = len(discovery.clients)
+        self.summary.watermark = discovery.watermark
+        planned = B.plan_batches(discovery.clients, self.options.batch_size)
+        self.batches = {b.id: b for b in planned}
+        done = self.night.done_batches()
+        pending = [b.id for b in planned if b.id not in done]
+        self.summary.batches = len(planned)
+        self.summary.batches_skipped = len(planned) - len(pending)
+        done_clients = sum(len(b.clients) for b in planned if b.id in done)
+        self.progress.start_clients(len(discovery.clients), done_clients)
+        log.info(
+            "night %s: %d clients in %d batches (%d already written)",
+            self.night_date,
+            len(discovery.clients),
+            len(planned),
+            len(planned) - len(pending),
+        )
+        return pending
+
+    async def land_batch(self, batch_id: str) -> int:
+        """Fetch, type and write one batch of clients; returns its client count."""
+        batch = self.batches[batch_id]
+        assert self.window is not None
+        raw = await B.fetch_batch_raw(self.client, batch, self.window, self.affiliated, self.progress.advance)
+        # Typing and Parquet writing in a thread: the loop keeps the other batch's requests going.
+        await asyncio.to_thread(self._type_and_write, raw)
+        return len(batch.clients)
+
+    def _type_and_write(self, raw: B.RawBatch) -> None:
+        typed = B.type_batch(raw, self.tz)
+        self.night.write_batch(raw.batch.id, typed.tables, typed.quarantine_table)
+
+    async def commit(self) -> None:
+        """Record the night as committed (the manifest is written last)."""
+        self.progress.phase("commit")
+        self._collect_stats()
+        manifest = await asyncio.to_thread(
+            self.night.commit,
+            self.summary.watermark,
+            self.summary.clients,
+            self.summary.stats(),
+        )
+        self.summary.rows = {name: files.rows for name, files in manifest.tables.items()}
+        self.summary.quarantined = manifest.quarantine.rows
+        self.summary.status = "committed"
+
+    async def build(self) -> None:
+        """Hand the committed night over to the warehouse build and the report export."""
+        if not self.options.build:
+            self.summary.build = "skipped (disabled)"
+            return
+        self.progress.phase("warehouse build")
+        try:
+            from membersync.warehouse.build import build_warehouse
+            from membersync.warehouse.export import export_reports
+        except ImportError as exc:  # the warehouse is another engineer's part; say so plainly
+            self.summary.build = f"skipped (warehouse build unavailable: {exc})"
+            log.warning("night %s: %s", self.night_date, self.summary.build)
+            return
+        await asyncio.to_thread(build_warehouse, self.data_dir)
+        paths = await asyncio.to_thread(export_reports, self.data_dir, self.night_date, None)
+        self.summary.reports = [str(p) for p in paths]
+        self.summary.build = f"ok ({len(paths)} reports)"
+
+    def _collect_stats(self) -> None:
+        self.summary.duration_s = time.perf_counter() - self._started
+        self.summary.cpu_s = time.process_time() - self._cpu_started
+        if self.client is not None:
+            stats = self.client.stats
+            self.summary.requests = int(stats.requests)
+            self.summary.retries = int(stats.retries)
+            self.summary.status_429 = int(stats.status_429)
+            self.summary.errors = int(stats.errors)
+
+
+class Steps(Protocol):
+    """How :func:`drive` runs each step: directly, or as a Prefect task."""
+
+    async def config(self) -> None: ...
+    async def discover(self) -> list[str]: ...
+    async def batch(self, batch_id: str) -> None: ...
+    async def commit(self) -> None: ...
+    async def build(self) -> None: ...
+
+
+class DirectSteps:
+    def __init__(self, run: NightRun) -> None:
+        self.run = run
+
+    async def config(self) -> None:
+        await self.run.land_config()
+
+    async def discover(self) -> list[str]:
+        return await self.run.discover()
+
+    async def batch(self, batch_id: str) -> None:
+        await self.run.land_batch(batch_id)
+
+    async def commit(self) -> None:
+        await self.run.commit()
+
+    async def build(self) -> None:
+        await self.run.build()
+
+
+async def drive(run: NightRun, steps: Steps) -> RunSummary:
+    """The night's steps in order; batches ``batches_in_flight`` at a time. The caller holds the lock.
+
+    The first failing batch cancels the others (a TaskGroup) and fails the night; what was
+    written stays in staging, and the next run of the same night resumes from there.
+    """
+    try:
+        await run.open()
+        await steps.config()
+        pending = await steps.discover()
+        slots = asyncio.Semaphore(run.options.batches_in_flight)
+
+        async def one(batch_id: str) -> None:
+            async with slots:
+                await steps.batch(batch_id)
+
+        run.progress.phase("clients")
+        async with asyncio.TaskGroup() as group:
+            for batch_id in pending:
+                group.create_task(one(batch_id))
+        await steps.commit()
+    except BaseException as exc:
+        run.summary.status = "failed"
+        run.summary.error = _one_line(exc)
+        raise
+    finally:
+        run.progress.close()
+        await run.close()
+    try:
+        await steps.build()
+    except Exception as exc:
+        run.summary.build = f"failed: {_one_line(exc)}"
+        raise
+    finally:
+        run._collect_stats()
+    return run.summary
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+        return _one_line(exc)
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups from the TaskGroup."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def arun_night(
+    settings: ServiceSettings,
+    data_dir: DataDir,
+    night: dt.date,
+    *,
+    full: bool = False,
+    options: SyncOptions | None = None,
+    progress: Progress | None = None,
+) -> RunSummary:
+    """:func:`run_night` for callers already on an event loop."""
+    run = NightRun(settings, data_dir, night, full=full, options=options, progress=progress)
+    with holding_lock(run.zone, data_dir):
+        try:
+            return await drive(run, DirectSteps(run))
+        except BaseExceptionGroup as group:
+            raise unwrap(group) from None
+
+
+def run_night(
+    settings: ServiceSettings,
+    data_dir: DataDir,
+    night: dt.date,
+    *,
+    full: bool = False,
+    options: SyncOptions | None = None,
+    progress: Progress | None = None,
+) -> RunSummary:
+    """Sync one night without Prefect. Raises on failure (nothing is committed then).
+
+    Takes the data dir's lock (``AlreadyRunning`` if another sync holds it), resumes an
+    interrupted run of the same night, commits, then builds the warehouse (unless
+    ``options.build`` is off).
+    """
+    return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
+
+
+# --- Prefect ------------------------------------------------------------------------------------------
+# Defined at import time so that a deployment can import "membersync.flows.nightly:nightly_sync".
+
+from prefect import flow, task  # noqa: E402  (kept below the plain code on purpose)
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+# Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
+# holds the credentials) without either becoming a task parameter.
+_RUNS: dict[str, NightRun] = {}
+# Set by the CLI before it calls the flow (a progress bar is not a flow parameter either).
+_progress_factory: Any = None
+
+_TASK_OPTIONS: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False, "retries": 0}
+
+
+@task(name="configuration", **_TASK_OPTIONS)
+async def config_task(run_key: str) -> int:
+    """Configuration lists; returns the rows landed."""
+    return await _RUNS[run_key].land_config()
+
+
+@task(name="discovery", **_TASK_OPTIONS)
+async def discovery_task(run_key: str) -> list[str]:
+    """Client discovery; returns the ids of the batches still to write."""
+    return await _RUNS[run_key].discover()
+
+
+@task(name="batch", task_run_name="batch-{batch_id}", **_TASK_OPTIONS)
+async def batch_task(run_key: str, batch_id: str) -> int:
+    """One batch of clients: fetch (async), type, write; returns its client count."""
+    return await _RUNS[run_key].land_batch(batch_id)
+
+
+@task(name="commit", **_TASK_OPTIONS)
+async def commit_task(run_key: str) -> None:
+    await _RUNS[run_key].commit()
+
+
+@task(name="warehouse-build", **_TASK_OPTIONS)
+async def build_task(run_key: str) -> None:
+    await _RUNS[run_key].build()
+
+
+class PrefectSteps:
+    """Each step as a Prefect task run, all on the flow's event loop (so one client serves all)."""
+
+    def __init__(self, run_key: str) -> None:
+        self.key = run_key
+
+    async def config(self) -> None:
+        await config_task(self.key)
+
+    async def discover(self) -> list[str]:
+        return await discovery_task(self.key)
+
+    async def batch(self, batch_id: str) -> None:
+        await batch_task(self.key, batch_id)
+
+    async def commit(self) -> None:
+        await commit_task(self.key)
+
+    async def build(self) -> None:
+        await build_task(self.key)
+
+
+SUMMARY_ARTIFACT_KEY = "membersync-night-summary"
+
+
+@flow(name="membersync-nightly", persist_result=False, log_prints=False)
+async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
+    """One night of sync (Prefect flow). Settings come from the environment, never parameters.
+
+    ``night`` defaults to today's date (this machine's local date); ``full`` lists every
+    client and fetches whole histories. Returns the run summary (counts only).
+    """
+    from prefect.artifacts import acreate_table_artifact
+
+    settings = ServiceSettings.from_env()
+    data_dir = DataDir.from_env()
+    options = SyncOptions.from_env()
+    progress = _progress_factory() if _progress_factory is not None else None
+    run = NightRun(
+        settings, data_dir, night or dt.date.today(), full=full, options=options, progress=progress
+    )
+    key = uuid.uuid4().hex
+    _RUNS[key] = run
+    try:
+        with holding_lock(run.zone, data_dir):
+            try:
+                summary = await drive(run, PrefectSteps(key))
+            except BaseExceptionGroup as group:
+                raise unwrap(group) from None
+    finally:
+        del _RUNS[key]
+        await acreate_table_artifact(
+            key=SUMMARY_ARTIFACT_KEY,
+            table=run.summary.table_rows(),
+            description=f"membersync night {run.summary.night} ({run.summary.status})",
+        )
+    return summary.as_dict()
+
+
+def summary_from_flow_result(result: Mapping[str, Any]) -> RunSummary:
+    """Rebuild a :class:`RunSummary` from the flow's returned dict."""
+    data = dict(result)
+    data.pop("requests_per_s", None)
+    data["night"] = dt.date.fromisoformat(data["night"])
+    return replace(RunSummary(night=data["night"]), **data)
+
+
+def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = True) -> int:
+    """``membersync sync``: see :mod:`membersync.flows.sync_cli`."""
+    from membersync.flows.sync_cli import run_sync_cli as run
+
+    return run(night, full=full, progress=progress)
