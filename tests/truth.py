@@ -1,0 +1,550 @@
+"""Ground truth of the management reports, computed from the sandbox's own in-memory state.
+
+Finance staff act on the reports every morning, so the tests never check our SQL against
+itself: every report is recomputed here, in plain Python with ``Decimal``, from the sandbox's
+:class:`~membersync.extract.sandbox.state.Service` (what the service *is*, not what we fetched),
+and compared with what the warehouse holds and what the CSVs say, to the cent.
+
+    truth = truth_of(sandbox, night)                  # on the sandbox's loop thread (consistent)
+    assert_reports_equal(warehouse_reports(data_dir, night), truth)
+    assert_csvs_equal(data_dir, night, truth)
+
+Rows are dicts of Python values with the report's column names: ``date``, ``str`` (storecodes
+byte-exact, trailing spaces kept), ``int``, ``Decimal`` (money with 2 decimals, ``frozen_rate``
+with 4), ``bool`` and ``None``.
+
+Interpretations (ambiguous in issue 4; they follow ``sql/reports/`` and are stated here once):
+
+- The store reports have one row per store of the night's store list (inactive stores too);
+  a balance, membership or points row at a storecode outside the list counts nowhere.
+- Statuses compare case-insensitively against the contract's list (``Active``, ``Frozen``,
+  ``OnHold``, ``Canceled``, ``Expired``); anything else is ``other``. The sandbox's own
+  (canonical) status is the truth; wire drift only changes how it is spelled on the wire.
+- ``frozen_rate`` = frozen / (active + frozen), rounded half-up to 4 decimals (the SQL does the
+  same with exact integer arithmetic); ``None`` when active + frozen = 0.
+- ``eft_draw_forecast``: every store x every draw day of the night's draw-day list, plus any
+  day an active EFT membership uses (0 for a membership without one), zeros included.
+- ``revenue_by_store_day``: non-voided transactions of the whole history, by the transaction's
+  storecode and local date; ``transactions`` counts distinct receipts per (store, date, type);
+  amount is before tax. Rows up to and including the night (the CSV's rule; the view can hold a
+  store's next local day, which the comparison leaves out on both sides).
+- ``top_debtors``: the 50 largest positive balances per store, ties broken by client_number;
+  ``client_name`` = first and last name joined by a space and trimmed; ``active_memberships``
+  and ``eft_on_file`` (a billing account on file) are the client's across all stores;
+  ``last_payment_date`` = local date of the client's newest payment on a non-voided transaction
+  **at this store**, on or before the night. Payments made with ``postaccountledgerpayment`` are
+  not visible through any read endpoint, so they cannot count (the service shows them only as a
+  lower balance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import io
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from membersync.extract.sandbox.state import Service
+    from membersync.warehouse.paths import DataDir
+
+Row = dict[str, Any]
+Reports = dict[str, list[Row]]
+
+CENT = Decimal("0.01")
+ZERO = Decimal("0.00")
+RATE_PLACES = Decimal("0.0001")
+TOP_DEBTORS_PER_STORE = 50
+STATUS_BUCKETS = ("active", "frozen", "on_hold", "canceled", "expired", "other")
+_CONTRACT_STATUSES = {
+    "active": "active",
+    "frozen": "frozen",
+    "onhold": "on_hold",
+    "canceled": "canceled",
+    "expired": "expired",
+}
+_LINE_TYPES = ("R", "P", "M", "1", "G")
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    name: str
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+    per_night: bool = True  # False: the whole history up to the night (revenue)
+    sums: tuple[str, ...] = ()  # columns the CSV's TOTAL row sums (store reports)
+
+
+SPECS: dict[str, ReportSpec] = {
+    s.name: s
+    for s in (
+        ReportSpec(
+            "outstanding_balances_by_store",
+            ("snapshot_date", "storecode"),
+            (
+                "snapshot_date",
+                "storecode",
+                "store_name",
+                "clients_owing",
+                "amount_owed",
+                "clients_in_credit",
+                "credit_amount",
+                "net_balance",
+            ),
+            sums=("clients_owing", "amount_owed", "clients_in_credit", "credit_amount", "net_balance"),
+        ),
+        ReportSpec(
+            "frozen_memberships_by_store",
+            ("snapshot_date", "storecode"),
+            (
+                "snapshot_date",
+                "storecode",
+                "store_name",
+                "active",
+                "frozen",
+                "on_hold",
+                "canceled",
+                "expired",
+                "other",
+                "frozen_rate",
+            ),
+            sums=("active", "frozen", "on_hold", "canceled", "expired", "other"),
+        ),
+        ReportSpec(
+            "points_liability_by_store",
+            ("snapshot_date", "storecode"),
+            ("snapshot_date", "storecode", "store_name", "clients_with_points", "points_outstanding"),
+            sums=("clients_with_points", "points_outstanding"),
+        ),
+        ReportSpec(
+            "eft_draw_forecast",
+            ("snapshot_date", "storecode", "draw_day"),
+            ("snapshot_date", "storecode", "draw_day", "active_eft_memberships", "monthly_dues_total"),
+            sums=("active_eft_memberships", "monthly_dues_total"),
+        ),
+        ReportSpec(
+            "revenue_by_store_day",
+            ("storecode", "business_date", "type"),
+            ("storecode", "business_date", "type", "transactions", "quantity", "amount", "tax"),
+            per_night=False,
+        ),
+        ReportSpec(
+            "membership_status_daily",
+            ("snapshot_date", "storecode", "status"),
+            ("snapshot_date", "storecode", "status", "memberships"),
+        ),
+        ReportSpec(
+            "top_debtors",
+            ("snapshot_date", "storecode", "client_number"),
+            (
+                "snapshot_date",
+                "storecode",
+                "client_number",
+                "client_name",
+                "balance",
+                "active_memberships",
+                "eft_on_file",
+                "last_payment_date",
+            ),
+        ),
+    )
+}
+REPORT_NAMES: tuple[str, ...] = tuple(SPECS)
+
+
+# --- classification ------------------------------------------------------------------------------
+
+
+def status_bucket(status: str | None) -> str:
+    """A membership status compared case-insensitively with the contract's list; else ``other``."""
+    if status is None:
+        return "other"
+    return _CONTRACT_STATUSES.get(status.lower(), "other")
+
+
+def line_type(raw: str) -> str:
+    kind = raw.upper()
+    return kind if kind in _LINE_TYPES else "other"
+
+
+def is_voided(status: str) -> bool:
+    return status.lower() == "voided"
+
+
+def frozen_rate(active: int, frozen: int) -> Decimal | None:
+    if active + frozen == 0:
+        return None
+    return (Decimal(frozen) / Decimal(active + frozen)).quantize(RATE_PLACES, rounding=ROUND_HALF_UP)
+
+
+def client_name(first: str | None, last: str | None) -> str:
+    # DuckDB: trim(concat_ws(' ', first, last)) -- nulls skipped, spaces trimmed
+    return " ".join(p for p in (first, last) if p is not None).strip(" ")
+
+
+# --- the truth -----------------------------------------------------------------------------------
+
+
+def compute_truth(service: Service, night: dt.date) -> Reports:
+    """Every report of ``night`` from the service's state. Call it on the sandbox's loop thread
+    (:func:`truth_of`) so no request changes the state half-way."""
+    return {
+        "outstanding_balances_by_store": outstanding_balances(service, night),
+        "frozen_memberships_by_store": frozen_memberships(service, night),
+        "points_liability_by_store": points_liability(service, night),
+        "eft_draw_forecast": eft_draw_forecast(service, night),
+        "revenue_by_store_day": revenue_by_store_day(service, night),
+        "membership_status_daily": membership_status_daily(service, night),
+        "top_debtors": top_debtors(service, night),
+    }
+
+
+def truth_of(sandbox: Any, night: dt.date) -> Reports:
+    """:func:`compute_truth` run on a ``RunningSandbox``'s loop thread (a consistent read)."""
+    return sandbox.call(lambda service: compute_truth(service, night))  # type: ignore[no-any-return]
+
+
+def outstanding_balances(service: Service, night: dt.date) -> list[Row]:
+    rows = []
+    for code, store in service.stores.items():
+        balances = [c.ledger[code] for c in service.clients.values() if code in c.ledger]
+        owing = [b for b in balances if b > 0]
+        credit = [b for b in balances if b < 0]
+        rows.append(
+            {
+                "snapshot_date": night,
+                "storecode": code,
+                "store_name": store.name,
+                "clients_owing": len(owing),
+                "amount_owed": sum(owing, ZERO),
+                "clients_in_credit": len(credit),
+                "credit_amount": -sum(credit, ZERO),
+                "net_balance": sum(balances, ZERO),
+            }
+        )
+    return rows
+
+
+def _status_counts(service: Service) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {code: dict.fromkeys(STATUS_BUCKETS, 0) for code in service.stores}
+    for ms in service.memberships.values():
+        if ms.storecode in counts:  # counted at the membership's own storecode
+            counts[ms.storecode][status_bucket(ms.status)] += 1
+    return counts
+
+
+def frozen_memberships(service: Service, night: dt.date) -> list[Row]:
+    counts = _status_counts(service)
+    rows = []
+    for code, store in service.stores.items():
+        c = counts[code]
+        rows.append(
+            {
+                "snapshot_date": night,
+                "storecode": code,
+                "store_name": store.name,
+                **c,
+                "frozen_rate": frozen_rate(c["active"], c["frozen"]),
+            }
+        )
+    return rows
+
+
+def membership_status_daily(service: Service, night: dt.date) -> list[Row]:
+    counts = _status_counts(service)
+    return [
+        {"snapshot_date": night, "storecode": code, "status": status, "memberships": counts[code][status]}
+        for code in service.stores
+        for status in STATUS_BUCKETS
+    ]
+
+
+def points_liability(service: Service, night: dt.date) -> list[Row]:
+    rows = []
+    for code, store in service.stores.items():
+        positive = [c.points[code] for c in service.clients.values() if c.points.get(code, 0) > 0]
+        rows.append(
+            {
+                "snapshot_date": night,
+                "storecode": code,
+                "store_name": store.name,
+                "clients_with_points": len(positive),
+                "points_outstanding": sum(positive),
+            }
+        )
+    return rows
+
+
+def eft_draw_forecast(service: Service, night: dt.date) -> list[Row]:
+    active_eft = [
+        ms for ms in service.memberships.values() if ms.is_eft and status_bucket(ms.status) == "active"
+    ]
+    days = set(service.draw_days) | {ms.draw_day or 0 for ms in active_eft}
+    count: dict[tuple[str, int], int] = defaultdict(int)
+    dues: dict[tuple[str, int], Decimal] = defaultdict(lambda: ZERO)
+    for ms in active_eft:
+        key = (ms.storecode, ms.draw_day or 0)
+        count[key] += 1
+        if ms.monthly_dues is not None:
+            dues[key] += ms.monthly_dues
+    return [
+        {
+            "snapshot_date": night,
+            "storecode": code,
+            "draw_day": day,
+            "active_eft_memberships": count.get((code, day), 0),
+            "monthly_dues_total": dues.get((code, day), ZERO),
+        }
+        for code in service.stores
+        for day in sorted(days)
+    ]
+
+
+def revenue_by_store_day(service: Service, night: dt.date) -> list[Row]:
+    receipts: dict[tuple[str, dt.date, str], set[str]] = defaultdict(set)
+    quantity: dict[tuple[str, dt.date, str], int] = defaultdict(int)
+    amount: dict[tuple[str, dt.date, str], Decimal] = defaultdict(lambda: ZERO)
+    tax: dict[tuple[str, dt.date, str], Decimal] = defaultdict(lambda: ZERO)
+    for txn in service.transactions.values():
+        day = txn.local_datetime.date()
+        if is_voided(txn.status) or day > night:
+            continue
+        for line in txn.lines:
+            key = (txn.storecode, day, line_type(line.type))
+            receipts[key].add(txn.receipt_number)
+            quantity[key] += line.quantity
+            amount[key] += line.amount
+            tax[key] += line.tax
+    return [
+        {
+            "storecode": key[0],
+            "business_date": key[1],
+            "type": key[2],
+            "transactions": len(receipts[key]),
+            "quantity": quantity[key],
+            "amount": amount[key],
+            "tax": tax[key],
+        }
+        for key in sorted(receipts, key=lambda k: (k[0].encode(), k[1], k[2]))
+    ]
+
+
+def top_debtors(service: Service, night: dt.date) -> list[Row]:
+    rows = []
+    for code in service.stores:
+        owing = [c for c in service.clients.values() if c.ledger.get(code, ZERO) > 0]
+        owing.sort(key=lambda c: (-c.ledger[code], c.client_number))
+        for client in owing[:TOP_DEBTORS_PER_STORE]:
+            payments = [
+                p.local_datetime.date()
+                for txn in client.transactions
+                if txn.storecode == code and not is_voided(txn.status)
+                for p in txn.payments
+                if p.local_datetime.date() <= night
+            ]
+            rows.append(
+                {
+                    "snapshot_date": night,
+                    "storecode": code,
+                    "client_number": client.client_number,
+                    "client_name": client_name(client.first_name, client.last_name),
+                    "balance": client.ledger[code],
+                    "active_memberships": sum(
+                        1 for ms in client.memberships if status_bucket(ms.status) == "active"
+                    ),
+                    "eft_on_file": bool(client.billing_accounts),
+                    "last_payment_date": max(payments, default=None),
+                }
+            )
+    return rows
+
+
+# --- what we produced ------------------------------------------------------------------------------
+
+
+def warehouse_reports(data_dir: DataDir, night: dt.date, names: Iterable[str] = REPORT_NAMES) -> Reports:
+    """The report rows of ``night`` as the warehouse holds them (opened read-only)."""
+    import duckdb
+
+    out: Reports = {}
+    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+        for name in names:
+            where = "snapshot_date = ?" if SPECS[name].per_night else "business_date <= ?"
+            cursor = con.execute(f"SELECT * FROM reports.{name} WHERE {where}", [night])
+            header = [d[0] for d in cursor.description or []]
+            out[name] = [dict(zip(header, r, strict=True)) for r in cursor.fetchall()]
+    return out
+
+
+def csv_path(data_dir: DataDir, night: dt.date, name: str) -> Path:
+    return data_dir.reports / night.isoformat() / f"{name}_{night.isoformat()}.csv"
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A report CSV (UTF-8 with BOM, CRLF): header and rows of text, formula guards removed."""
+    text = path.read_bytes().decode("utf-8-sig")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader)
+    rows = [dict(zip(header, (_unguard(v) for v in r), strict=True)) for r in reader]
+    return header, rows
+
+
+def _unguard(cell: str) -> str:
+    if cell.startswith("'") and cell[1:2] in ("=", "+", "-", "@", "\t", "\r"):
+        return cell[1:]
+    return cell
+
+
+# --- comparison ---------------------------------------------------------------------------------------
+
+
+def cell_text(value: Any) -> str:
+    """A value as the CSV writes it: exact decimals, ISO dates, true/false, empty for null."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def _money_text(column: str, value: Any) -> str:
+    """Truth values as the CSV must show them: money with 2 decimals, the rate with 4."""
+    if isinstance(value, Decimal):
+        return format(value.quantize(RATE_PLACES if column == "frozen_rate" else CENT), "f")
+    return cell_text(value)
+
+
+def expected_csv_rows(name: str, rows: Sequence[Row], night: dt.date) -> list[dict[str, str]]:
+    """The truth as the CSV's text rows, with the TOTAL row of a store report."""
+    spec = SPECS[name]
+    out = [{c: _money_text(c, r[c]) for c in spec.columns} for r in rows]
+    if spec.sums:
+        total: dict[str, Any] = {c: None for c in spec.columns}
+        total["snapshot_date"] = night
+        total["storecode"] = "TOTAL"
+        for c in spec.sums:
+            values = [r[c] for r in rows]
+            total[c] = sum(values, ZERO if any(isinstance(v, Decimal) for v in values) else 0)
+        if name == "frozen_memberships_by_store":
+            total["frozen_rate"] = frozen_rate(total["active"], total["frozen"])
+        out.append({c: _money_text(c, total[c]) for c in spec.columns})
+    return out
+
+
+class ReportMismatch(AssertionError):
+    pass
+
+
+def diff_rows(
+    name: str,
+    actual: Sequence[Mapping[str, Any]],
+    expected: Sequence[Mapping[str, Any]],
+    key: Sequence[str],
+    same: Callable[[Any, Any], bool] = lambda a, b: bool(a == b),
+    limit: int = 25,
+) -> list[str]:
+    """Readable differences between two row sets matched by ``key`` (empty list = equal)."""
+    problems: list[str] = []
+
+    def index(rows: Sequence[Mapping[str, Any]], side: str) -> dict[tuple[Any, ...], Mapping[str, Any]]:
+        out: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        for r in rows:
+            k = tuple(r.get(c) for c in key)
+            if k in out:
+                problems.append(f"{name}: duplicate key {_show(k)} in {side}")
+            out[k] = r
+        return out
+
+    got, want = index(actual, "actual"), index(expected, "truth")
+    for k in sorted(set(want) - set(got), key=repr):
+        problems.append(f"{name}: missing row {_show(k)}: truth {_show_row(want[k])}")
+    for k in sorted(set(got) - set(want), key=repr):
+        problems.append(f"{name}: extra row {_show(k)}: got {_show_row(got[k])}")
+    for k in sorted(set(got) & set(want), key=repr):
+        g, w = got[k], want[k]
+        for column in w:
+            if column not in g:
+                problems.append(f"{name}: column {column!r} missing")
+                continue
+            if not same(g[column], w[column]):
+                problems.append(f"{name} {_show(k)}: {column} = {g[column]!r}, truth {w[column]!r}")
+    if len(problems) > limit:
+        problems = [*problems[:limit], f"... and {len(problems) - limit} more"]
+    return problems
+
+
+def _show(key: tuple[Any, ...]) -> str:
+    return "(" + ", ".join(repr(cell_text(v)) for v in key) + ")"
+
+
+def _show_row(row: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}={cell_text(v)!r}" for k, v in row.items()) + "}"
+
+
+def _same_typed(a: Any, b: Any) -> bool:
+    """Exact equality; a Decimal equals to the last digit (no float ever counts as equal)."""
+    if isinstance(b, Decimal) or isinstance(a, Decimal):
+        return isinstance(a, Decimal) and isinstance(b, Decimal) and a == b
+    if isinstance(b, bool) or isinstance(a, bool):
+        return a is b
+    return bool(a == b) and type(a) is type(b)
+
+
+def report_differences(actual: Reports, truth: Reports) -> list[str]:
+    problems = []
+    for name, rows in truth.items():
+        if name not in actual:
+            problems.append(f"{name}: not in the warehouse")
+            continue
+        problems += diff_rows(name, actual[name], rows, SPECS[name].key, _same_typed)
+    return problems
+
+
+def assert_reports_equal(actual: Reports, truth: Reports) -> None:
+    """Every report row equals the truth, to the cent (warehouse rows, typed)."""
+    problems = report_differences(actual, truth)
+    if problems:
+        raise ReportMismatch("reports differ from the sandbox's truth:\n  " + "\n  ".join(problems))
+
+
+def csv_differences(data_dir: DataDir, night: dt.date, truth: Reports) -> list[str]:
+    problems = []
+    for name, rows in truth.items():
+        path = csv_path(data_dir, night, name)
+        if not path.is_file():
+            problems.append(f"{name}: no CSV at {path}")
+            continue
+        header, got = read_csv(path)
+        spec = SPECS[name]
+        if tuple(header) != spec.columns:
+            problems.append(f"{name}: CSV header {header}, expected {list(spec.columns)}")
+            continue
+        problems += diff_rows(name + ".csv", got, expected_csv_rows(name, rows, night), spec.key)
+    return problems
+
+
+def assert_csvs_equal(data_dir: DataDir, night: dt.date, truth: Reports) -> None:
+    """Every CSV of the night equals the truth, cell for cell (TOTAL rows included)."""
+    problems = csv_differences(data_dir, night, truth)
+    if problems:
+        raise ReportMismatch("CSVs differ from the sandbox's truth:\n  " + "\n  ".join(problems))
+
+
+def assert_night_exact(sandbox: Any, data_dir: DataDir, night: dt.date) -> Reports:
+    """The warehouse and the CSVs of ``night`` both equal the sandbox's truth; returns the truth."""
+    truth = truth_of(sandbox, night)
+    problems = report_differences(warehouse_reports(data_dir, night), truth)
+    problems += csv_differences(data_dir, night, truth)
+    if problems:
+        raise ReportMismatch("night differs from the sandbox's truth:\n  " + "\n  ".join(problems))
+    return truth
