@@ -1,0 +1,251 @@
+"""Export the reports of one night as CSV files for managers.
+
+``DATA_DIR/reports/YYYY-MM-DD/<report>_YYYY-MM-DD.csv``, one file per report:
+
+- UTF-8 with a BOM (Excel then opens accents right), CRLF line ends, a header row;
+- money with exactly 2 decimals, rates with 4, exact (DECIMAL from landing to CSV);
+- the store reports end with a ``TOTAL`` row whose money is the exact sum of the rows above;
+- a text cell starting with ``=``, ``+``, ``-``, ``@``, tab or CR is neutralised against formula
+  injection with a leading ``'``, except plain numbers (a negative amount stays ``-12.50``);
+- rows in a stable order (storecode in byte order, then the report's own keys), so a rerun on
+  the same data writes byte-identical files;
+- each file written atomically (temporary file, fsync, rename), readable by its owner only.
+
+``revenue_by_store_day`` has no night of its own: its file holds every business day of the
+whole history up to and including the night (each transaction in its newest fetched version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import io
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+
+log = logging.getLogger(__name__)
+
+TOTAL_LABEL = "TOTAL"
+_PLAIN_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class ExportError(ValueError):
+    """Bad export input (unknown report, night not in the warehouse, no warehouse): one line."""
+
+
+class UnknownReportError(ExportError):
+    pass
+
+
+def _frozen_rate(totals: dict[str, Any]) -> Decimal | None:
+    active, frozen = int(totals["active"]), int(totals["frozen"])
+    if active + frozen == 0:
+        return None
+    return (Decimal(frozen) / Decimal(active + frozen)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+
+
+@dataclass(frozen=True)
+class TotalRow:
+    """How a store report's TOTAL row is made: sums, and ratios recomputed from the sums."""
+
+    sums: tuple[str, ...]
+    derived: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
+    label_column: str = "storecode"
+
+
+@dataclass(frozen=True)
+class Report:
+    name: str
+    order_by: str
+    per_night: bool = True  # False: the whole history up to the night (business_date <= night)
+    total: TotalRow | None = None
+
+
+REPORTS: dict[str, Report] = {
+    r.name: r
+    for r in (
+        Report(
+            "outstanding_balances_by_store",
+            "storecode",
+            total=TotalRow(
+                ("clients_owing", "amount_owed", "clients_in_credit", "credit_amount", "net_balance")
+            ),
+        ),
+        Report(
+            "frozen_memberships_by_store",
+            "storecode",
+            total=TotalRow(
+                ("active", "frozen", "on_hold", "canceled", "expired", "other"),
+                derived={"frozen_rate": _frozen_rate},
+            ),
+        ),
+        Report(
+            "points_liability_by_store",
+            "storecode",
+            total=TotalRow(("clients_with_points", "points_outstanding")),
+        ),
+        Report(
+            "eft_draw_forecast",
+            "storecode, draw_day",
+            total=TotalRow(("active_eft_memberships", "monthly_dues_total")),
+        ),
+        Report("revenue_by_store_day", "storecode, business_date, type", per_night=False),
+        Report(
+            "membership_status_daily",
+            "storecode, CASE status WHEN 'active' THEN 1 WHEN 'frozen' THEN 2 WHEN 'on_hold' THEN 3 "
+            "WHEN 'canceled' THEN 4 WHEN 'expired' THEN 5 ELSE 6 END, status",
+        ),
+        Report("top_debtors", "storecode, balance DESC, client_number"),
+    )
+}
+REPORT_NAMES: tuple[str, ...] = tuple(REPORTS)
+
+
+def check_report_names(names: Sequence[str] | None) -> list[str]:
+    """The reports to export (all by default); an unknown name raises :class:`UnknownReportError`."""
+    if not names:
+        return list(REPORT_NAMES)
+    unknown = [n for n in names if n not in REPORTS]
+    if unknown:
+        raise UnknownReportError(f"unknown report {unknown[0]!r}; known: {', '.join(REPORT_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def report_path(data_dir: DataDir, report: str, night: dt.date) -> Path:
+    return data_dir.reports / night.isoformat() / f"{report}_{night.isoformat()}.csv"
+
+
+def export_reports(
+    data_dir: DataDir, night: dt.date | None = None, reports: list[str] | None = None
+) -> list[Path]:
+    """Write the CSVs of ``night`` (default: the newest night of the warehouse); return their paths."""
+    names = check_report_names(reports)
+    if not data_dir.warehouse_db.is_file():
+        raise ExportError(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
+    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        nights = [r[0] for r in con.execute("SELECT snapshot_date FROM meta.nights ORDER BY 1").fetchall()]
+        if not nights:
+            raise ExportError(f"the warehouse {data_dir.warehouse_db} holds no night")
+        night = night or nights[-1]
+        if night not in nights:
+            raise ExportError(
+                f"night {night.isoformat()} is not in the warehouse (committed nights: "
+                f"{nights[0].isoformat()} .. {nights[-1].isoformat()}, {len(nights)} in all)"
+            )
+        written = []
+        for name in names:
+            header, rows = report_rows(con, REPORTS[name], night)
+            path = report_path(data_dir, name, night)
+            write_csv_atomic(path, render_csv(header, rows))
+            written.append(path)
+    log.info("exported %d report(s) of %s to %s", len(written), night.isoformat(), written[0].parent)
+    return written
+
+
+def report_rows(
+    con: duckdb.DuckDBPyConnection, report: Report, night: dt.date
+) -> tuple[list[str], list[list[Any]]]:
+    """The report's header and rows for the night, in export order, with its TOTAL row if any."""
+    where = "snapshot_date = ?" if report.per_night else "business_date <= ?"
+    cursor = con.execute(
+        f"SELECT * FROM reports.{report.name} WHERE {where} ORDER BY {report.order_by}", [night]
+    )
+    header = [d[0] for d in cursor.description or []]
+    rows = [list(r) for r in cursor.fetchall()]
+    if report.total is not None:
+        rows.append(total_row(header, rows, report.total, night))
+    return header, rows
+
+
+def total_row(header: list[str], rows: list[list[Any]], spec: TotalRow, night: dt.date) -> list[Any]:
+    sums: dict[str, Any] = {}
+    for column in spec.sums:
+        i = header.index(column)
+        sums[column] = sum((r[i] for r in rows if r[i] is not None), start=_zero_like(rows, i))
+    out: list[Any] = []
+    for column in header:
+        if column == "snapshot_date":
+            out.append(night)
+        elif column == spec.label_column:
+            out.append(TOTAL_LABEL)
+        elif column in sums:
+            out.append(sums[column])
+        elif column in spec.derived:
+            out.append(spec.derived[column](sums))
+        else:
+            out.append(None)
+    return out
+
+
+def _zero_like(rows: list[list[Any]], i: int) -> Any:
+    """0 of the column's type: Decimal('0.00') for money so an empty total still has 2 decimals."""
+    for r in rows:
+        if isinstance(r[i], Decimal):
+            return Decimal(0).quantize(r[i])
+    return 0
+
+
+def cell_text(value: Any) -> str:
+    """A value as text: exact decimals (never scientific), ISO dates, true/false, empty for null."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def format_cell(value: Any) -> str:
+    """A CSV cell for a spreadsheet: :func:`cell_text`, neutralised against formula injection."""
+    return neutralise(cell_text(value))
+
+
+def neutralise(text: str) -> str:
+    """Prefix ``'`` to a cell a spreadsheet would run as a formula (plain numbers stay as they are)."""
+    if text.startswith(_FORMULA_START) and not _PLAIN_NUMBER.match(text):
+        return "'" + text
+    return text
+
+
+def render_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow([neutralise(h) for h in header])
+    for row in rows:
+        writer.writerow([format_cell(v) for v in row])
+    return buffer.getvalue().encode("utf-8-sig")
+
+
+def write_csv_atomic(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` whole or not at all (0600), replacing any earlier file."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
