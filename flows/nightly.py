@@ -188,40 +188,42 @@ class RunSummary:
 
 # --- the lock (re-entrant within a process) ------------------------------------------------------------
 
-_held_locks: dict[Path, int] = {}
+_held: dict[Path, tuple[Any, int]] = {}  # data dir -> (the LandingZone holding its lock, depth)
 _held_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def holding_lock(zone: Any, data_dir: DataDir) -> Iterator[None]:
-    """The data dir's sync lock, taken once per process.
+def holding_lock(data_dir: DataDir) -> Iterator[Any]:
+    """The data dir's sync lock, taken once per process; yields the locked ``LandingZone``.
 
     ``membersync sync`` takes the lock *before* it starts Prefect (so a second sync says
-    "already running" at once, not after the ephemeral server's start); the flow then takes
-    it again in the same process, which must not block on itself.
+    "already running" at once, not after the ephemeral server's start); the flow then asks
+    again in the same process and gets the same, already locked, zone.
     """
+    from membersync.warehouse.landing import LandingZone
+
     key = data_dir.root.resolve()
     with _held_guard:
-        if key in _held_locks:
-            _held_locks[key] += 1
-            nested = True
-        else:
-            nested = False
-    if nested:
+        held = _held.get(key)
+        if held is not None:
+            _held[key] = (held[0], held[1] + 1)
+    if held is not None:
         try:
-            yield
+            yield held[0]
         finally:
             with _held_guard:
-                _held_locks[key] -= 1
+                zone, depth = _held[key]
+                _held[key] = (zone, depth - 1)
         return
+    zone = LandingZone(data_dir)
     with zone.lock():
         with _held_guard:
-            _held_locks[key] = 1
+            _held[key] = (zone, 1)
         try:
-            yield
+            yield zone
         finally:
             with _held_guard:
-                del _held_locks[key]
+                del _held[key]
 
 
 # --- one night -------------------------------------------------------------------------------------
@@ -239,16 +241,15 @@ class NightRun:
         full: bool = False,
         options: SyncOptions | None = None,
         progress: Progress | None = None,
+        zone: Any = None,
     ) -> None:
-        from membersync.warehouse.landing import LandingZone
-
         self.settings = settings
         self.data_dir = data_dir
         self.night_date = night
         self.full = full
         self.options = options or SyncOptions()
         self.progress: Progress = progress or NullProgress()
-        self.zone = LandingZone(data_dir)
+        self.zone = zone  # the locked LandingZone (see holding_lock), set before open()
         self.summary = RunSummary(night=night)
         self.client: Any = None
         self.night: Any = None
@@ -269,7 +270,6 @@ class NightRun:
         from membersync.extract.client import ServiceClient
 
         self.data_dir.ensure()
-        self.zone.recover()
         state = self.zone.state()
         self.previous_watermark = state.watermark
         full = self.full or state.last_night is None
@@ -506,8 +506,8 @@ async def arun_night(
     progress: Progress | None = None,
 ) -> RunSummary:
     """:func:`run_night` for callers already on an event loop."""
-    run = NightRun(settings, data_dir, night, full=full, options=options, progress=progress)
-    with holding_lock(run.zone, data_dir):
+    with holding_lock(data_dir) as zone:
+        run = NightRun(settings, data_dir, night, full=full, options=options, progress=progress, zone=zone)
         try:
             return await drive(run, DirectSteps(run))
         except BaseExceptionGroup as group:
@@ -619,7 +619,8 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
     key = uuid.uuid4().hex
     _RUNS[key] = run
     try:
-        with holding_lock(run.zone, data_dir):
+        with holding_lock(data_dir) as zone:
+            run.zone = zone
             try:
                 summary = await drive(run, PrefectSteps(key))
             except BaseExceptionGroup as group:

@@ -36,7 +36,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = True) -> int:
-    from membersync.warehouse.landing import AlreadyRunning, LandingZone
+    from membersync.warehouse.landing import AlreadyRunning
 
     try:
         settings = ServiceSettings.from_env()
@@ -57,9 +57,8 @@ def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = Tru
         "no",
     )
 
-    zone = LandingZone(data_dir)
     try:
-        with nightly.holding_lock(zone, data_dir):
+        with nightly.holding_lock(data_dir):
             bar: Progress = RichProgress(err) if progress else NullProgress()
             try:
                 summary = _run(settings, data_dir, night, full, options, bar, use_prefect)

@@ -1,0 +1,154 @@
+"""Unit tests of the night's plain logic (no server, no Prefect): discovery, windows, batches,
+options, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from membersync.extract.settings import SettingsError
+from membersync.flows import batches as B
+from membersync.flows.nightly import RunSummary, SyncOptions, summary_from_flow_result
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def summary(number: str, last_modified: str | None, store: str = "DOWNTOWN  ") -> dict[str, object]:
+    return {
+        "clientNumber": number,
+        "homeStore": store,
+        "lastModified": last_modified,
+        "email": "x@example.com",
+    }
+
+
+def test_discovery_dedupes_sorts_and_takes_the_servers_newest_last_modified() -> None:
+    found = [
+        summary("000417", "2026-01-02T03:04:05Z"),
+        summary("000010", "2026-01-03T00:00:00Z", store="UPTOWN    "),
+        summary("000417", "2026-01-02T03:04:05Z"),  # seen on two pages (an insert shifted it)
+        summary("0009", "2025-12-31T23:59:59+00:00"),
+    ]
+    got = B.summarize_discovery(found, previous_watermark="2025-01-01T00:00:00Z")
+    assert got.client_numbers == ["000010", "000417", "0009"]  # string order: numbers stay opaque
+    assert got.watermark == "2026-01-03T00:00:00Z"
+    # only what synced_clients needs is kept (and saved with the night)
+    assert got.clients[0] == {
+        "clientNumber": "000010",
+        "homeStore": "UPTOWN    ",
+        "lastModified": "2026-01-03T00:00:00Z",
+    }
+
+
+def test_discovery_keeps_the_previous_watermark_when_nothing_changed() -> None:
+    assert B.summarize_discovery([], "2026-01-01T00:00:00Z").watermark == "2026-01-01T00:00:00Z"
+    assert B.summarize_discovery([summary("1", None)], None).watermark is None
+
+
+def test_discovery_skips_summaries_without_a_client_number() -> None:
+    got = B.summarize_discovery([{"lastModified": "2026-01-01T00:00:00Z"}, summary("7", None)], None)
+    assert got.client_numbers == ["7"]
+
+
+def test_modified_since_subtracts_the_overlap_from_the_server_watermark() -> None:
+    assert B.modified_since("2026-01-02T00:10:00Z", dt.timedelta(minutes=15)) == "2026-01-01T23:55:00Z"
+    assert B.modified_since(None, dt.timedelta(minutes=15)) is None
+
+
+def test_window_first_night_fetches_whole_history_later_nights_a_lookback() -> None:
+    night = dt.date(2026, 3, 10)
+    first = B.Window.for_night(night, None, full=False, lookback_days=7, points_start=dt.date(2000, 1, 1))
+    assert first.history_start is None and first.points_start == dt.date(2000, 1, 1)
+    assert first.end == dt.date(2026, 3, 11)
+    later = B.Window.for_night(
+        night, dt.date(2026, 3, 9), full=False, lookback_days=7, points_start=dt.date(2000, 1, 1)
+    )
+    assert later.history_start == later.points_start == dt.date(2026, 3, 2)
+    forced = B.Window.for_night(
+        night, dt.date(2026, 3, 9), full=True, lookback_days=7, points_start=dt.date(2001, 1, 1)
+    )
+    assert forced.history_start is None and forced.points_start == dt.date(2001, 1, 1)
+
+
+def test_batches_are_stable_chunks_of_the_sorted_list() -> None:
+    clients = [{"clientNumber": f"{i:06d}"} for i in range(7)]
+    planned = B.plan_batches(clients, 3)
+    assert [b.id for b in planned] == ["00000", "00001", "00002"]
+    assert [len(b.clients) for b in planned] == [3, 3, 1]
+    assert planned[2].clients[0]["clientNumber"] == "000006"
+    assert B.plan_batches([], 3) == []
+    with pytest.raises(ValueError):
+        B.plan_batches(clients, 0)
+
+
+def test_share_lookups_only_for_owners_of_affiliated_packages() -> None:
+    packages = {
+        "1": [{"packageId": "PKG-A", "sharedFromClientNumber": None}],  # owns an affiliated package
+        "2": [{"packageId": "PKG-A", "sharedFromClientNumber": "1"}],  # uses one shared from 1
+        "3": [{"packageId": "PKG-B", "sharedFromClientNumber": ""}],  # owns a non-affiliated one
+        "4": [],
+    }
+    assert B.clients_to_ask_about_shares(packages, frozenset({"PKG-A"})) == {"1"}
+
+
+def test_store_codes_are_byte_exact_and_unique() -> None:
+    stores = [{"storecode": "DOWNTOWN  "}, {"storecode": "DOWNTOWN  "}, {"storecode": "UP        "}, {}]
+    assert B.store_codes(stores) == ["DOWNTOWN  ", "UP        "]
+
+
+def test_sync_options_from_env() -> None:
+    assert SyncOptions.from_env({}) == SyncOptions()
+    got = SyncOptions.from_env(
+        {
+            "MEMBERSYNC_BATCH_SIZE": "100",
+            "MEMBERSYNC_LOOKBACK_DAYS": "3",
+            "MEMBERSYNC_POINTS_START": "2010-01-01",
+            "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES": "5",
+        }
+    )
+    assert (got.batch_size, got.lookback_days, got.points_start) == (100, 3, dt.date(2010, 1, 1))
+    assert got.watermark_overlap == dt.timedelta(minutes=5)
+    with pytest.raises(SettingsError, match="MEMBERSYNC_BATCH_SIZE"):
+        SyncOptions.from_env({"MEMBERSYNC_BATCH_SIZE": "zero"})
+    with pytest.raises(SettingsError, match="MEMBERSYNC_BATCHES_IN_FLIGHT"):
+        SyncOptions.from_env({"MEMBERSYNC_BATCHES_IN_FLIGHT": "0"})
+
+
+def test_summary_round_trips_through_the_flow_result_and_holds_no_secret() -> None:
+    s = RunSummary(night=dt.date(2026, 1, 2), run_id="r", status="committed", clients=3, rows={"clients": 3})
+    s.requests, s.duration_s = 30, 2.0
+    back = summary_from_flow_result(s.as_dict())
+    assert back == s
+    rows = {r["item"]: r["value"] for r in s.table_rows()}
+    assert rows["requests/s"] == "15" and rows["rows: clients"] == "3"
+
+
+@pytest.mark.parametrize("missing", ["MEMBERSYNC_BASE_URL", "MEMBERSYNC_USERNAME", "MEMBERSYNC_PASSWORD"])
+def test_sync_with_a_missing_setting_is_one_line_naming_it_exit_2(missing: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMBERSYNC_")}
+    env.update(
+        MEMBERSYNC_BASE_URL="http://127.0.0.1:9",
+        MEMBERSYNC_USERNAME="u",
+        MEMBERSYNC_PASSWORD="p-secret-value",
+        MEMBERSYNC_DATA_DIR=str(tmp_path / "data"),
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        COLUMNS="200",
+    )
+    del env[missing]
+    proc = subprocess.run(
+        [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", "2026-01-02"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert missing in lines[0]
+    assert "p-secret-value" not in proc.stderr + proc.stdout
