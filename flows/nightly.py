@@ -57,6 +57,7 @@ _ENV = {
     "lookback_days": "MEMBERSYNC_LOOKBACK_DAYS",
     "points_start": "MEMBERSYNC_POINTS_START",
     "watermark_overlap": "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES",
+    "build": "MEMBERSYNC_BUILD",
 }
 
 
@@ -75,8 +76,9 @@ class SyncOptions:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
         """Defaults overridden by ``MEMBERSYNC_BATCH_SIZE``, ``MEMBERSYNC_BATCHES_IN_FLIGHT``,
-        ``MEMBERSYNC_LOOKBACK_DAYS``, ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD) and
-        ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES``; a bad value raises a one-line SettingsError."""
+        ``MEMBERSYNC_LOOKBACK_DAYS``, ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD),
+        ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES`` and ``MEMBERSYNC_BUILD`` (on/off: the
+        warehouse build after the commit); a bad value raises a one-line SettingsError."""
         env = os.environ if env is None else env
         kw: dict[str, Any] = {}
         for name, minimum in (("batch_size", 1), ("batches_in_flight", 1), ("lookback_days", 0)):
@@ -93,6 +95,11 @@ class SyncOptions:
         if raw := env.get(_ENV["watermark_overlap"]):
             minutes = _int_setting(_ENV["watermark_overlap"], raw, 0)
             kw["watermark_overlap"] = dt.timedelta(minutes=minutes)
+        if raw := env.get(_ENV["build"]):
+            flag = raw.strip().lower()
+            if flag not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
+                raise SettingsError(f"{_ENV['build']} must be on or off, got {raw!r}")
+            kw["build"] = flag in ("on", "1", "true", "yes")
         return cls(**kw)
 
 
@@ -127,6 +134,7 @@ class RunSummary:
     retries: int = 0
     status_429: int = 0
     errors: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)  # HTTP answers by status
     duration_s: float = 0.0
     cpu_s: float = 0.0
     watermark: str | None = None
@@ -229,6 +237,16 @@ def holding_lock(data_dir: DataDir) -> Iterator[Any]:
 # --- one night -------------------------------------------------------------------------------------
 
 
+def needs_full_night(night: dt.date, last_night: dt.date | None) -> bool:
+    """Whether a night must list every client even without ``--full``.
+
+    The first night, obviously. Also a night that is not after the last committed one (a
+    rerun of today, a backfill): its commit *replaces* that night's files, and an
+    incremental listing would leave the clients that did not change with no row on that night.
+    """
+    return last_night is None or night <= last_night
+
+
 class NightRun:
     """The state of one night between its steps: the client, the open night, the batches."""
 
@@ -272,7 +290,7 @@ class NightRun:
         self.data_dir.ensure()
         state = self.zone.state()
         self.previous_watermark = state.watermark
-        full = self.full or state.last_night is None
+        full = self.full or needs_full_night(self.night_date, state.last_night)
         mode = "full" if full else "incremental"
         self.night = self.zone.open_night(self.night_date, mode)
         self.window = B.Window.for_night(
@@ -411,6 +429,7 @@ class NightRun:
             self.summary.retries = int(stats.retries)
             self.summary.status_429 = int(stats.status_429)
             self.summary.errors = int(stats.errors)
+            self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
 
 
 class Steps(Protocol):

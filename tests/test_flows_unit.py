@@ -152,3 +152,13 @@ def test_sync_with_a_missing_setting_is_one_line_naming_it_exit_2(missing: str, 
     assert len(lines) == 1, proc.stderr
     assert missing in lines[0]
     assert "p-secret-value" not in proc.stderr + proc.stdout
+
+
+def test_first_night_rerun_and_backfill_are_full_nights() -> None:
+    from membersync.flows.nightly import needs_full_night
+
+    day = dt.date(2026, 3, 10)
+    assert needs_full_night(day, None)
+    assert needs_full_night(day, day)  # a rerun replaces the night's files: it must hold everyone
+    assert needs_full_night(day, day + dt.timedelta(days=1))
+    assert not needs_full_night(day, day - dt.timedelta(days=1))

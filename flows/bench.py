@@ -1,0 +1,303 @@
+"""``membersync bench``: throughput, CPU per request, 429s, peak memory, Prefect overhead.
+
+Every scenario runs the sandbox in its **own process** (``membersync sandbox``), so its CPU is
+not ours, and the sync in a **child process** (``python -m membersync.flows.bench child``), which
+reports its own CPU time (``time.process_time``), peak RSS (``getrusage``) and the client's
+request counts (``ClientStats``) as one JSON line. Scenarios:
+
+* ``unlimited``: the sandbox with no rate limit and no latency, one full night per client count
+  (default 10,000): requests/s end to end (fetch, parse, land; the warehouse build is not
+  counted), our CPU per request, peak RSS. Targets: >= 1,000 req/s, <= 0.6 ms CPU/request,
+  RSS flat as the client count grows.
+* ``limited``: 20 ms latency, 200 req/s per credential: server utilization (answered, non-429
+  requests/s over 200) and the share of requests answered 429. Targets: >= 85 %, < 5 %.
+* ``prefect``: the same small night through the Prefect flow (on the ephemeral server, warmed
+  up first) and without Prefect: the CPU Prefect adds, per task run.
+
+``--sandbox-only`` runs the sandbox engineer's own benchmark instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+USERNAME = "bench"
+PASSWORD = "bench-password"  # the sandbox's own throwaway credential, never a real one
+LIMITED_RATE = 200.0
+LIMITED_LATENCY_MS = 20.0
+LIMITED_CLIENTS = 400
+PREFECT_CLIENTS = 2_000
+
+
+# --- the sandbox in its own process -----------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def sandbox_process(clients: int, *, rate: float = 0.0, latency_ms: float = 0.0) -> Iterator[str]:
+    """A ``membersync sandbox`` subprocess on loopback; yields its URL once it answers."""
+    port = _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "membersync.flows.cli",
+        "sandbox",
+        "--port",
+        str(port),
+        "--clients",
+        str(clients),
+        "--rate",
+        str(rate),
+        "--latency-ms",
+        str(latency_ms),
+    ]
+    env = {**os.environ, "SANDBOX_USERNAME": USERNAME, "SANDBOX_PASSWORD": PASSWORD}
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 1800  # 100,000 generated clients take a while
+        while True:
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                raise RuntimeError(f"the sandbox exited with code {process.returncode}: {stderr[-500:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(f"{url}/svcapi/stores/storelist", auth=(USERNAME, PASSWORD), timeout=5)
+                if answer.status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sandbox did not start in time")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# --- the sync in a child process ------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    clients: int
+    requests: int
+    retries: int
+    status_429: int
+    by_status: dict[str, int]
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    task_runs: int = 0
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return 1000 * self.cpu_s / self.requests if self.requests else 0.0
+
+    @property
+    def answered_ok_rps(self) -> float:
+        ok = sum(v for k, v in self.by_status.items() if k != "429")
+        return ok / self.wall_s if self.wall_s else 0.0
+
+
+def run_child(
+    url: str, *, prefect: bool, timeout: float, extra_env: dict[str, str] | None = None
+) -> Measured:
+    """One full night against ``url`` in a fresh process and data dir; its own figures."""
+    with tempfile.TemporaryDirectory(prefix="membersync-bench-") as tmp:
+        env = {
+            **os.environ,
+            "MEMBERSYNC_BASE_URL": url,
+            "MEMBERSYNC_USERNAME": USERNAME,
+            "MEMBERSYNC_PASSWORD": PASSWORD,
+            "MEMBERSYNC_DATA_DIR": str(Path(tmp) / "data"),
+            "PREFECT_HOME": str(Path(tmp) / "prefect"),
+            **(extra_env or {}),
+        }
+        cmd = [sys.executable, "-m", "membersync.flows.bench", "child"] + (["--prefect"] if prefect else [])
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the sync failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+        line = [x for x in proc.stdout.splitlines() if x.startswith("{")][-1]
+        return Measured(**json.loads(line))
+
+
+def child_main(prefect: bool) -> int:
+    """Run one full night (no warehouse build), print our own figures as one JSON line."""
+    import asyncio
+
+    from membersync.extract.settings import ServiceSettings
+    from membersync.flows import nightly
+    from membersync.warehouse.paths import DataDir
+
+    settings = ServiceSettings.from_env()
+    data_dir = DataDir.from_env()
+    options = nightly.SyncOptions(build=False)
+    night = dt.date.today()
+    if prefect:
+        os.environ["MEMBERSYNC_BUILD"] = "off"
+        from prefect import flow
+
+        @flow(name="membersync-bench-warmup", persist_result=False)
+        def warm_up() -> None:  # starts the ephemeral server, so its start is not measured
+            return None
+
+        warm_up()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        result = asyncio.run(nightly.nightly_sync(night=night, full=True))
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        summary = nightly.summary_from_flow_result(result)
+        task_runs = summary.batches + 4  # configuration, discovery, commit, build
+    else:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        summary = nightly.run_night(settings, data_dir, night, full=True, options=options)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        task_runs = 0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    figures = Measured(
+        clients=summary.clients,
+        requests=summary.requests,
+        retries=summary.retries,
+        status_429=summary.status_429,
+        by_status=summary.by_status,
+        wall_s=wall,
+        cpu_s=cpu,
+        peak_rss_mb=peak_kb / 1024,
+        task_runs=task_runs,
+    )
+    print(json.dumps(figures.__dict__))  # noqa: T201 - the parent reads this line
+    return 0
+
+
+# --- the report ---------------------------------------------------------------------------------------------
+
+
+def _verdict(ok: bool) -> str:
+    return "[green]ok[/]" if ok else "[red]MISSED[/]"
+
+
+def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
+    """``membersync bench``: run the scenarios and print the figures against their targets."""
+    if sandbox_only:
+        from membersync.extract.sandbox.bench import run_sandbox_bench
+
+        return int(run_sandbox_bench() or 0)
+
+    table = Table(title="membersync bench", title_justify="left")
+    for column in ("scenario", "figure", "value", "target", ""):
+        table.add_column(column, justify="right" if column in ("value",) else "left")
+
+    unlimited: list[Measured] = []
+    for count in clients:
+        err.print(f"[bold]unlimited sandbox, {count:,} clients[/]: starting the sandbox ...")
+        with sandbox_process(count) as url:
+            err.print("  syncing one full night ...")
+            got = run_child(url, prefect=False, timeout=6 * 3600)
+        unlimited.append(got)
+        name = f"unlimited, {count:,} clients"
+        table.add_row(name, "requests", f"{got.requests:,}", "", "")
+        table.add_row("", "wall time", f"{got.wall_s:,.1f} s", "", "")
+        table.add_row("", "requests/s end to end", f"{got.rps:,.0f}", ">= 1,000", _verdict(got.rps >= 1000))
+        table.add_row(
+            "",
+            "our CPU per request",
+            f"{got.cpu_ms_per_request:.3f} ms",
+            "<= 0.6 ms",
+            _verdict(got.cpu_ms_per_request <= 0.6),
+        )
+        table.add_row("", "peak RSS", f"{got.peak_rss_mb:,.0f} MB", "flat", "")
+        err.print(
+            f"  {got.rps:,.0f} req/s, {got.cpu_ms_per_request:.3f} ms CPU/request, {got.peak_rss_mb:,.0f} MB"
+        )
+    if len(unlimited) > 1:
+        small, large = unlimited[0], unlimited[-1]
+        growth = large.peak_rss_mb / small.peak_rss_mb if small.peak_rss_mb else 0.0
+        table.add_row(
+            "memory",
+            f"peak RSS x{large.clients / max(small.clients, 1):.0f} clients",
+            f"x{growth:.2f}",
+            "flat",
+            _verdict(growth < 1.5),
+        )
+
+    err.print(
+        f"[bold]limited sandbox[/] ({LIMITED_LATENCY_MS:.0f} ms latency, {LIMITED_RATE:.0f} req/s), "
+        f"{LIMITED_CLIENTS:,} clients ..."
+    )
+    with sandbox_process(LIMITED_CLIENTS, rate=LIMITED_RATE, latency_ms=LIMITED_LATENCY_MS) as url:
+        limited = run_child(url, prefect=False, timeout=3600)
+    utilization = limited.answered_ok_rps / LIMITED_RATE
+    share_429 = limited.status_429 / limited.requests if limited.requests else 0.0
+    table.add_row("limited 200 req/s, 20 ms", "requests", f"{limited.requests:,}", "", "")
+    table.add_row("", "server utilization", f"{utilization:.1%}", ">= 85 %", _verdict(utilization >= 0.85))
+    table.add_row("", "answered 429", f"{share_429:.2%}", "< 5 %", _verdict(share_429 < 0.05))
+    table.add_row("", "retries", f"{limited.retries:,}", "", "")
+
+    err.print(f"[bold]Prefect overhead[/]: {PREFECT_CLIENTS:,} clients with and without the flow ...")
+    with sandbox_process(PREFECT_CLIENTS) as url:
+        plain = run_child(url, prefect=False, timeout=3600)
+        flowed = run_child(url, prefect=True, timeout=3600)
+    extra_cpu = flowed.cpu_s - plain.cpu_s
+    per_task = extra_cpu / flowed.task_runs if flowed.task_runs else 0.0
+    table.add_row(
+        "Prefect", "CPU without / with the flow", f"{plain.cpu_s:.2f} s / {flowed.cpu_s:.2f} s", "", ""
+    )
+    table.add_row("", "task runs", f"{flowed.task_runs}", "", "")
+    table.add_row("", "added CPU per task run", f"{1000 * per_task:.1f} ms", "", "")
+    table.add_row(
+        "",
+        "added CPU per request",
+        f"{1000 * extra_cpu / max(flowed.requests, 1):.3f} ms",
+        "",
+        "",
+    )
+    out.print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m membersync.flows.bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    child = sub.add_parser("child", help="(internal) one measured night; prints JSON")
+    child.add_argument("--prefect", action="store_true")
+    run = sub.add_parser("run", help="the whole benchmark (same as `membersync bench`)")
+    run.add_argument("--clients", type=int, action="append")
+    args = parser.parse_args(argv)
+    if args.command == "child":
+        return child_main(args.prefect)
+    return run_bench_cli(args.clients or [10_000])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
