@@ -38,7 +38,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from membersync.models.tables import TABLES, Table
+from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
 from membersync.warehouse.manifest import Manifest, read_manifests
 from membersync.warehouse.paths import FILE_MODE, DataDir
 
@@ -48,6 +48,7 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LAYERS = ("staging", "marts", "reports")
 SCHEMAS = ("meta", "landing", *LAYERS)
 TMP_PREFIX = "warehouse.duckdb.building-"
+QUARANTINE = "quarantine"  # landing.quarantine: rows the landing zone could not type, per night
 
 # Columns the build adds to every landing table (lineage, and the order of rows within a night).
 LINEAGE_COLUMNS = {
@@ -362,7 +363,8 @@ def _manifest_files(data_dir: DataDir, manifests: Sequence[Manifest]) -> list[_L
     seen: dict[str, dt.date] = {}
     out = []
     for manifest in manifests:
-        for table_name, files in sorted(manifest.tables.items()):
+        named = [*sorted(manifest.tables.items()), (QUARANTINE, manifest.quarantine)]
+        for table_name, files in named:
             for index, relative in enumerate(files.files):
                 path = (landing / relative).resolve()
                 where = f"manifest {manifest.snapshot_date.isoformat()}, table {table_name}"
@@ -385,7 +387,7 @@ def _load_landing(
     con: duckdb.DuckDBPyConnection, data_dir: DataDir, manifests: Sequence[Manifest], checker: _Checker
 ) -> None:
     files = _manifest_files(data_dir, manifests)
-    unknown = sorted({f.table for f in files} - {t.name for t in TABLES})
+    unknown = sorted({f.table for f in files} - {t.name for t in TABLES} - {QUARANTINE})
     if unknown:
         log.warning("manifests name tables this build does not know (ignored): %s", ", ".join(unknown))
     listing = pa.table(
@@ -411,17 +413,25 @@ def _load_landing(
     con.execute("CREATE TABLE meta.landed_files AS SELECT * EXCLUDE (absolute_path) FROM listing_arrow")
     con.unregister("listing_arrow")
     for table in TABLES:
-        _load_table(con, table, [f for f in files if f.table == table.name])
-        checker.check_manifest_rows(table, manifests)
+        _load_table(con, table.name, table.schema, [f for f in files if f.table == table.name])
+        expected = {
+            m.snapshot_date: (m.tables[table.name].rows if table.name in m.tables else 0) for m in manifests
+        }
+        checker.check_manifest_rows(f"landing.{table.name}", expected)
+    _load_table(con, QUARANTINE, QUARANTINE_SCHEMA, [f for f in files if f.table == QUARANTINE])
+    checker.check_manifest_rows(
+        f"landing.{QUARANTINE}", {m.snapshot_date: m.quarantine.rows for m in manifests}
+    )
 
 
-def _load_table(con: duckdb.DuckDBPyConnection, table: Table, files: Sequence[_LandedFile]) -> None:
-    schema = table.schema
-    for name, arrow_type in LINEAGE_COLUMNS.items():
-        schema = schema.append(pa.field(name, arrow_type))
-    empty = schema.empty_table()
-    con.register("empty_arrow", empty)
-    con.execute(f"CREATE TABLE landing.{table.name} AS SELECT * FROM empty_arrow")
+def _load_table(
+    con: duckdb.DuckDBPyConnection, name: str, declared: pa.Schema, files: Sequence[_LandedFile]
+) -> None:
+    schema = declared
+    for column, arrow_type in LINEAGE_COLUMNS.items():
+        schema = schema.append(pa.field(column, arrow_type))
+    con.register("empty_arrow", schema.empty_table())
+    con.execute(f"CREATE TABLE landing.{name} AS SELECT * FROM empty_arrow")
     con.unregister("empty_arrow")
     if not files:
         return
@@ -433,20 +443,20 @@ def _load_table(con: duckdb.DuckDBPyConnection, table: Table, files: Sequence[_L
     )
     description = con.execute(f"SELECT * FROM {scan} LIMIT 0", [paths]).description or []
     in_files = {d[0] for d in description}
-    wanted = [name for name in table.schema.names if name in in_files]
-    missing = [name for name in table.schema.names if name not in in_files]
+    wanted = [c for c in declared.names if c in in_files]
+    missing = [c for c in declared.names if c not in in_files]
     if missing:
-        log.warning("landing.%s: column(s) absent from the files, loaded as null: %s", table.name, missing)
+        log.warning("landing.%s: column(s) absent from the files, loaded as null: %s", name, missing)
     columns = ", ".join(f'p."{c}"' for c in wanted)
     con.execute(
         f"""
-        INSERT INTO landing.{table.name} BY NAME
+        INSERT INTO landing.{name} BY NAME
         SELECT {columns}, f.snapshot_date, f.file_index AS _file_index,
                p.file_row_number AS _row, f.file AS _source_file
         FROM {scan} AS p
         JOIN landed_files AS f ON f.absolute_path = p.filename AND f.table_name = ?
         """,
-        [paths, table.name],
+        [paths, name],
     )
 
 
@@ -486,22 +496,16 @@ class _Checker:
         self.count += 1
         self.log.append((model, check, detail))
 
-    def check_manifest_rows(self, table: Table, manifests: Sequence[Manifest]) -> None:
+    def check_manifest_rows(self, name: str, expected: dict[dt.date, int]) -> None:
         """landing.<table>: the rows per night equal the manifest's count."""
-        name = f"landing.{table.name}"
-        found = dict(
-            self.con.execute(f"SELECT snapshot_date, count(*) FROM {name} GROUP BY snapshot_date").fetchall()
-        )
-        for manifest in manifests:
-            files = manifest.tables.get(table.name)
-            expected = files.rows if files else 0
-            got = int(found.get(manifest.snapshot_date, 0))
-            if got != expected:
+        found = dict(self.con.execute(f"SELECT snapshot_date, count(*) FROM {name} GROUP BY 1").fetchall())
+        for night, rows in sorted(expected.items()):
+            got = int(found.get(night, 0))
+            if got != rows:
                 raise BuildCheckError(
                     name,
                     "manifest_rows",
-                    f"night {manifest.snapshot_date.isoformat()}: {got} row(s) in the files, "
-                    f"the manifest says {expected}",
+                    f"night {night.isoformat()}: {got} row(s) in the files, the manifest says {rows}",
                 )
         self.rows[name] = sum(int(v) for v in found.values())
         self._passed(name, "manifest_rows")
