@@ -293,3 +293,15 @@ def test_missing_file_or_no_night_is_bad_input(tmp_path: Path) -> None:
     (data_dir.landing / manifest.tables["stores"].files[0]).unlink()
     with pytest.raises(BuildInputError, match="missing file"):
         build_warehouse(data_dir)
+
+
+def test_quarantined_rows_are_loaded_and_counted(tmp_path: Path) -> None:
+    data_dir = DataDir(tmp_path / "data")
+    bad = {"table_name": "memberships", "client_number": "000001", "reason": "bad money", "raw": '{"x": 1}'}
+    write_night(data_dir, dt.date(2026, 3, 1), {"stores": sc.stores_of(0)}, quarantine=[bad])
+    result = build_warehouse(data_dir)
+    assert result.rows["landing.quarantine"] == 1
+    rows = query(data_dir, "SELECT snapshot_date, table_name, reason FROM landing.quarantine")
+    assert rows == [
+        {"snapshot_date": dt.date(2026, 3, 1), "table_name": "memberships", "reason": "bad money"}
+    ]
