@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, Literal, Unpack
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import orjson
@@ -240,9 +240,9 @@ class ClientStats:
 @dataclass(slots=True)
 class _Prepared:
     endpoint: Endpoint
-    url: httpx.URL
+    url: str  # absolute, without query
     wrapper: str | None
-    names: dict[str, str]  # logical param -> wire param
+    names: dict[str, str]  # logical param -> wire param, percent-encoded
     convert: Callable[[Any], Any] | None  # wire item -> logical item; None = identical
 
 
@@ -328,7 +328,7 @@ class ServiceClient:
         )
         self.rate = RateLimiter(cap=opts.rate, adaptive=opts.adaptive, clock=opts.clock, sleep=opts.sleep)
         self.paging = PageNumberPaging.from_profile(self.profile, opts.page_size)
-        self._http = httpx.AsyncClient(
+        self._http = _CookielessClient(
             auth=httpx.BasicAuth(username, password),
             transport=transport or _default_transport(opts),
             timeout=opts.timeout(),
@@ -361,10 +361,10 @@ class ServiceClient:
         await self._http.aclose()
 
     def _prepare(self, ep: Endpoint) -> _Prepared:
-        names = {p.name: self.profile.param(p.name) for p in ep.params}
+        names = {p.name: quote(self.profile.param(p.name), safe="") for p in ep.params}
         return _Prepared(
             endpoint=ep,
-            url=httpx.URL(self.base_url + ep.path),
+            url=self.base_url + ep.path,
             wrapper=self.profile.wrapper(ep),
             names=names,
             convert=_converter(self.profile, ep.record if ep.method == "GET" else ep.name),
@@ -401,20 +401,24 @@ class ServiceClient:
     async def _get(self, ep: Endpoint, **params: Any) -> Any:
         prep = self._prepared[ep.name]
         names = prep.names
-        wire = {names[k]: _wire_value(v) for k, v in params.items() if v is not None}
-        return await self._call(prep, wire, None, None)
+        # The query is encoded here, once: handing httpx a finished URL string costs one URL
+        # parse, where ``params=`` costs three (merge, copy with params, re-encode).
+        query = "&".join(
+            f"{names[k]}={quote(_wire_value(v), safe='')}" for k, v in params.items() if v is not None
+        )
+        return await self._call(prep, f"{prep.url}?{query}" if query else prep.url, None, None)
 
     async def _post(self, ep: Endpoint, body: Mapping[str, Any]) -> Any:
         prep = self._prepared[ep.name]
         content = orjson.dumps(body, default=_json_default)
-        return await self._call(prep, None, content, body)
+        return await self._call(prep, prep.url, content, body)
 
     # -- the request loop ------------------------------------------------------------------------
 
     async def _call(
         self,
         prep: _Prepared,
-        params: dict[str, str] | None,
+        url: str,
         content: bytes | None,
         body: Mapping[str, Any] | None,
     ) -> Any:
@@ -423,7 +427,7 @@ class ServiceClient:
         retries = 0
         while True:
             try:
-                return await self._attempt(prep, params, content, body)
+                return await self._attempt(prep, url, content, body)
             except ServiceError as err:
                 if not should_retry(method, err, retries, opts.max_retries):
                     err.attempts = retries + 1
@@ -445,7 +449,7 @@ class ServiceClient:
     async def _attempt(
         self,
         prep: _Prepared,
-        params: dict[str, str] | None,
+        url: str,
         content: bytes | None,
         body: Mapping[str, Any] | None,
     ) -> Any:
@@ -460,8 +464,7 @@ class ServiceClient:
             try:
                 response = await self._http.request(
                     ep.method,
-                    prep.url,
-                    params=params,
+                    url,
                     content=content,
                     headers=_JSON_HEADERS if content is not None else None,
                 )
@@ -752,6 +755,31 @@ class ServiceClient:
 
     async def login(self, **body: Unpack[LoginBody]) -> LoginAnswer:
         return await self._post(_E["login"], body)
+
+
+class _NoCookies(httpx.Cookies):
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+_NO_COOKIES = _NoCookies()
+
+
+class _CookielessClient(httpx.AsyncClient):
+    """An httpx client that neither keeps nor sends cookies.
+
+    The service authenticates every request (Basic); it needs no cookies and we want no
+    session state. httpx runs urllib's cookie jar over every response, which costs about a
+    tenth of our CPU per request; this client skips it.
+    """
+
+    @property  # type: ignore[override]
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, value: Any) -> None:
+        return None
 
 
 def _secret_values(body: Mapping[str, Any]) -> tuple[str, ...]:
