@@ -1,0 +1,624 @@
+"""The sandbox's HTTP server: every endpoint of the catalogue, on loopback, with aiohttp.web.
+
+One catch-all handler dispatches by ``(method, path)`` from a dict built from
+:data:`membersync.extract.catalogue.ENDPOINTS` (endpoints as data, not 49 routes). Each request
+goes through, in order: HTTP Basic (401), the token bucket of its credential (429 with
+``Retry-After``), the route (404 / 405), the configured latency, maybe an injected fault, then
+the :class:`~membersync.extract.sandbox.state.Service` method named like the endpoint. The
+tenant profile names the query parameters, wrapper keys and item fields on the wire (the
+contract's by default, served without renaming); ``drift`` changes how values look (numbers as
+strings, enumerations in other casing, unannounced fields).
+
+Entry points: :func:`serve_forever` (``membersync sandbox``), :func:`start_in_thread` (tests,
+demo, benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import datetime as dt
+import hmac
+import logging
+import math
+import random
+import signal
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from membersync.extract import catalogue
+from membersync.extract.profile import Profile
+from membersync.extract.sandbox import data
+from membersync.extract.sandbox.state import ApiError, Service, bad, parse_date, parse_utc
+from membersync.extract.settings import SettingsError
+
+log = logging.getLogger("membersync.sandbox")
+T = TypeVar("T")
+JSON_TYPE = "application/json"
+FAULT_KINDS = ("error_500", "unavailable_503", "html_502", "dropped", "truncated")
+# Nested records inside items and write answers (the profile renames their fields too).
+NESTED_RECORDS: dict[str, dict[str, str]] = {
+    "transaction": {"lines": "transactionLine", "payments": "transactionPayment"},
+}
+ANSWER_RECORDS = {
+    "membership": "clientMembership",
+    "client": "client",
+    "preferences": "commPrefs",
+    "clients": "affiliatedClient",
+}
+# Fields drift re-cases (enumerations compared case-insensitively by the contract).
+DRIFT_ENUMS = frozenset(
+    {"status", "type", "kind", "answerType", "role", "deductType", "gender", "category", "paymentType"}
+)
+HTML_502 = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>"
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """How the sandbox behaves. Defaults: the contract, no limits, no faults."""
+
+    clients: int = 1000
+    stores: int = 5
+    seed: int = 42
+    rate: float = 0.0  # requests/s per credential (token bucket), 0 = unlimited
+    latency_ms: float = 0.0
+    fault_rate: float = 0.0  # share of requests answered with an injected fault
+    username: str = "sandbox"
+    password: str = field(default="sandbox", repr=False)
+    anchor_date: dt.date | None = None  # data is generated up to it; default today (UTC)
+    drift: bool = False  # numbers as strings, enumerations in other casing, extra fields
+    profile: Profile | None = None  # serve a tenant's wire names (default: the contract)
+    burst: float | None = None  # token-bucket capacity (default: rate, at least 1)
+    lazy: bool = False  # fill clients' holdings on first use (fast start-up; see state.Service)
+
+    @classmethod
+    def checked(cls, **kw: Any) -> SandboxConfig:
+        """A config from keyword values, or :class:`SettingsError` with one line naming the value."""
+        unknown = sorted(set(kw) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise SettingsError(f"unknown sandbox setting {unknown[0]!r}")
+        config = cls(**kw)
+        if not isinstance(config.clients, int) or config.clients < 1:
+            raise SettingsError("sandbox clients must be a whole number >= 1")
+        if not isinstance(config.stores, int) or not 1 <= config.stores <= 999:
+            raise SettingsError("sandbox stores must be between 1 and 999")
+        if not (math.isfinite(config.rate) and config.rate >= 0):
+            raise SettingsError("sandbox rate must be >= 0 requests/s (0 = unlimited)")
+        if config.burst is not None and not (math.isfinite(config.burst) and config.burst >= 1):
+            raise SettingsError("sandbox burst must be >= 1 request")
+        if not (math.isfinite(config.latency_ms) and config.latency_ms >= 0):
+            raise SettingsError("sandbox latency must be >= 0 ms")
+        if not 0.0 <= config.fault_rate <= 1.0:
+            raise SettingsError("sandbox fault rate must be between 0 and 1")
+        if not config.username or ":" in config.username:
+            raise SettingsError("sandbox username must be non-empty and must not contain ':'")
+        if not config.password:
+            raise SettingsError("sandbox password must not be empty")
+        if config.anchor_date is not None and not isinstance(config.anchor_date, dt.date):
+            raise SettingsError("sandbox anchor date must be a date")
+        return config
+
+    @property
+    def anchor(self) -> dt.date:
+        return self.anchor_date or dt.datetime.now(dt.UTC).date()
+
+    def describe(self) -> str:
+        """One line for logs: every setting but the password."""
+        rate = f"{self.rate:g}/s burst {self.burst or max(1.0, self.rate):g}" if self.rate else "unlimited"
+        profile = self.profile.source if self.profile else "contract"
+        return (
+            f"clients={self.clients} stores={self.stores} seed={self.seed} anchor={self.anchor} "
+            f"rate={rate} latency_ms={self.latency_ms:g} fault_rate={self.fault_rate:g} "
+            f"drift={self.drift} profile={profile} lazy={self.lazy} username={self.username}"
+        )
+
+
+@dataclass
+class SandboxStats:
+    """What the server did (read from tests; written only on the server's loop)."""
+
+    requests: int = 0
+    by_status: Counter[int] = field(default_factory=Counter)
+    by_endpoint: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)  # by kind, + "write_applied"
+    rate_limited: int = 0
+    unauthorized: int = 0
+
+    @property
+    def faults_injected(self) -> int:
+        return sum(n for kind, n in self.faults.items() if kind in FAULT_KINDS)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "by_status": dict(self.by_status),
+            "by_endpoint": dict(self.by_endpoint),
+            "faults": dict(self.faults),
+            "faults_injected": self.faults_injected,
+            "rate_limited": self.rate_limited,
+            "unauthorized": self.unauthorized,
+        }
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``capacity``; a request takes one."""
+
+    def __init__(self, rate: float, capacity: float) -> None:
+        self.rate, self.capacity = rate, capacity
+        self.tokens, self.stamp = capacity, time.monotonic()
+
+    def take(self) -> float:
+        """0 when the request may pass, else the seconds until a token is there."""
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+def build_service(config: SandboxConfig) -> Service:
+    profile = config.profile or Profile.default()
+    started = time.perf_counter()
+    service = data.generate(
+        config.seed, config.clients, config.stores, config.anchor, max_page_size=profile.max_page_size
+    )
+    if not config.lazy:
+        service.materialize_all()
+    log.info("sandbox data ready in %.1fs (%d clients)", time.perf_counter() - started, config.clients)
+    return service
+
+
+# --- routing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ParamSpec:
+    logical: str
+    wire: str
+    kind: str
+    required: bool
+    arg: str  # the Service method's argument (snake_case)
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    endpoint: catalogue.Endpoint
+    params: tuple[_ParamSpec, ...]
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name)
+
+
+class _Injected(Exception):
+    """An injected fault decided before the answer is written."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class SandboxServer:
+    """The request handler and everything it needs (one per sandbox)."""
+
+    def __init__(self, config: SandboxConfig, service: Service | None = None) -> None:
+        self.config = config
+        self.service = service if service is not None else build_service(config)
+        self.profile = config.profile or Profile.default()
+        self.contract = self.profile.is_contract
+        self.stats = SandboxStats()
+        self.routes: dict[tuple[str, str], _Route] = {}
+        self.methods: dict[str, list[str]] = {}
+        for ep in catalogue.ENDPOINTS:
+            params = tuple(
+                _ParamSpec(p.name, self.profile.param(p.name), p.kind, p.required, _snake(p.name))
+                for p in ep.params
+            )
+            self.routes[(ep.method, ep.path)] = _Route(ep, params)
+            self.methods.setdefault(ep.path, []).append(ep.method)
+        token = base64.b64encode(f"{config.username}:{config.password}".encode()).decode()
+        self._expected_header = f"Basic {token}".encode()
+        self._username = config.username.encode()
+        self._password = config.password.encode()
+        self._buckets: dict[str, TokenBucket] = {}
+        self._burst = config.burst or max(1.0, config.rate)
+        self._faults = random.Random(config.seed ^ 0x5EED)
+
+    # --- the handler --------------------------------------------------------------------------
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        stats = self.stats
+        stats.requests += 1
+        user = self._authorized(request.headers.get("Authorization"))
+        if user is None:
+            stats.unauthorized += 1
+            return self._error(
+                ApiError(401, "unauthorized", "missing or wrong Basic credentials"),
+                {"WWW-Authenticate": 'Basic realm="svcapi"'},
+            )
+        if self.config.rate > 0:
+            wait = self._bucket(user).take()
+            if wait > 0:
+                stats.rate_limited += 1
+                retry = str(max(1, math.ceil(wait)))
+                return self._error(
+                    ApiError(429, "rate_limited", f"rate limit exceeded: retry after {retry}s"),
+                    {"Retry-After": retry},
+                )
+        route = self.routes.get((request.method, request.path))
+        if route is None:
+            allowed = self.methods.get(request.path)
+            if allowed:
+                return self._error(
+                    ApiError(405, "method_not_allowed", f"{request.method} not allowed on {request.path}"),
+                    {"Allow": ", ".join(allowed)},
+                )
+            return self._error(ApiError(404, "not_found", f"no endpoint {request.path}"))
+        stats.by_endpoint[route.endpoint.name] += 1
+        if self.config.latency_ms:
+            await asyncio.sleep(self.config.latency_ms / 1000)
+        fault = None
+        if self.config.fault_rate and self._faults.random() < self.config.fault_rate:
+            fault = self._faults.choice(FAULT_KINDS)
+        try:
+            if fault is not None and fault != "truncated":
+                return await self._fault(request, route, fault)
+            body = await self._answer(request, route)
+        except ApiError as exc:
+            return self._error(exc)
+        if fault == "truncated":
+            stats.faults[fault] += 1
+            body = body[: max(1, len(body) // 2)]
+        stats.by_status[200] += 1
+        return web.Response(body=body, content_type=JSON_TYPE)
+
+    async def _answer(self, request: web.BaseRequest, route: _Route) -> bytes:
+        ep = route.endpoint
+        if ep.method == "GET":
+            result = self._run_get(route, request.query)
+        else:
+            raw = await request.read()
+            result = self._run_post(ep, raw)
+        return orjson.dumps(self._wire(ep, result))
+
+    def _run_get(self, route: _Route, query: Mapping[str, str]) -> Any:
+        ep = route.endpoint
+        kwargs: dict[str, Any] = {}
+        for spec in route.params:
+            raw = query.get(spec.wire)
+            if raw is None or raw == "":
+                if spec.required:
+                    raise bad("missing_parameter", f"{spec.wire} is required")
+                continue
+            if spec.kind == "date":
+                kwargs[spec.arg] = parse_date(raw, spec.wire)
+            elif spec.kind == "datetime":
+                kwargs[spec.arg] = parse_utc(raw, spec.wire)
+            elif spec.kind == "int":
+                try:
+                    kwargs[spec.arg] = int(raw)
+                except ValueError:
+                    raise bad("invalid_value", f"{spec.wire} must be a whole number") from None
+            else:
+                kwargs[spec.arg] = raw
+        if ep.kind == "search":
+            return self._search(kwargs)
+        return getattr(self.service, ep.name)(**kwargs)
+
+    def _search(self, kwargs: dict[str, Any]) -> Any:
+        first = self.profile.first_page
+        page = kwargs.pop("page", first)
+        size = kwargs.pop("page_size", catalogue.DEFAULT_PAGE_SIZE)
+        if page < first:
+            raise bad("invalid_page", f"{self.profile.param('page')} must be {first} or more")
+        if not 1 <= size <= self.profile.max_page_size:
+            raise bad(
+                "invalid_page_size",
+                f"{self.profile.param('pageSize')} must be between 1 and {self.profile.max_page_size}",
+            )
+        result = self.service.search(page=page - first + 1, page_size=size, **kwargs)
+        result["page"] = page
+        return result
+
+    def _run_post(self, ep: catalogue.Endpoint, raw: bytes) -> Any:
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            raise bad("invalid_json", "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise bad("invalid_body", "the request body must be a JSON object")
+        if not self.contract:
+            body = self.profile.to_logical(ep.name, body)
+        return getattr(self.service, ep.name)(body)
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    async def _fault(self, request: web.BaseRequest, route: _Route, kind: str) -> web.StreamResponse:
+        """Answer with an injected fault; a write is sometimes applied first (as a real server might)."""
+        stats = self.stats
+        stats.faults[kind] += 1
+        if route.endpoint.is_write and self._faults.random() < 0.5:
+            try:
+                await self._answer(request, route)
+                stats.faults["write_applied"] += 1
+            except ApiError:
+                pass
+        if kind == "dropped":
+            transport = request.transport
+            if transport is not None:
+                transport.close()
+            raise asyncio.CancelledError  # aiohttp drops the half-served connection quietly
+        if kind == "html_502":
+            stats.by_status[502] += 1
+            return web.Response(status=502, body=HTML_502, content_type="text/html")
+        if kind == "unavailable_503":
+            return self._error(
+                ApiError(503, "unavailable", "the service is unavailable"), {"Retry-After": "1"}
+            )
+        return self._error(ApiError(500, "internal_error", "an internal error occurred"))
+
+    # --- rendering ------------------------------------------------------------------------------
+
+    def _wire(self, ep: catalogue.Endpoint, result: Any) -> Any:
+        """The logical answer in the tenant's wire shape (wrapper, names, drift)."""
+        drift = self.config.drift
+        if ep.kind == "search":
+            items = result["clients"]
+            if drift:
+                items = _drift(items)
+            if not self.contract:
+                items = [self.profile.to_wire("clientSummary", it) for it in items]
+            wire: dict[str, Any] = {
+                self.profile.wrapper(ep) or "clients": items,
+                self.profile.param("page"): result["page"],
+                self.profile.param("pageSize"): result["pageSize"],
+                self.profile.total_key: result["totalCount"],
+            }
+            return _drift(wire, top=True) if drift else wire
+        if ep.is_write:
+            answer = _drift(result) if drift else result
+            if not self.contract:
+                answer = self._rename_answer(ep.name, answer)
+            return answer
+        if drift:
+            result = _drift(result)
+        if not self.contract and ep.record:
+            result = (
+                [self._rename(ep.record, it) for it in result]
+                if isinstance(result, list)
+                else self._rename(ep.record, result)
+            )
+        wire = {self.profile.wrapper(ep) or ep.wrapper or "items": result}
+        return _drift(wire, top=True) if drift else wire
+
+    def _rename(self, record: str, item: dict[str, Any]) -> dict[str, Any]:
+        nested = NESTED_RECORDS.get(record)
+        if nested:
+            item = dict(item)
+            for key, sub in nested.items():
+                if isinstance(item.get(key), list):
+                    item[key] = [self.profile.to_wire(sub, x) for x in item[key]]
+        return self.profile.to_wire(record, item)
+
+    def _rename_answer(self, name: str, answer: dict[str, Any]) -> dict[str, Any]:
+        answer = dict(answer)
+        for key, record in ANSWER_RECORDS.items():
+            value = answer.get(key)
+            if isinstance(value, dict):
+                answer[key] = self.profile.to_wire(record, value)
+            elif isinstance(value, list):
+                answer[key] = [self.profile.to_wire(record, x) for x in value]
+        return self.profile.to_wire(name, answer)
+
+    def _error(self, exc: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+        self.stats.by_status[exc.status] += 1
+        return web.Response(
+            status=exc.status, body=orjson.dumps(exc.body()), content_type=JSON_TYPE, headers=headers
+        )
+
+    # --- auth and rate ----------------------------------------------------------------------------
+
+    def _authorized(self, header: str | None) -> str | None:
+        """The username when the Basic credentials are right (constant-time compare), else None."""
+        if not header:
+            return None
+        raw = header.encode("utf-8", "surrogateescape")
+        if hmac.compare_digest(raw, self._expected_header):
+            return self.config.username
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            decoded = base64.b64decode(token.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        user, sep, password = decoded.partition(b":")
+        user_ok = hmac.compare_digest(user, self._username)
+        password_ok = hmac.compare_digest(password, self._password)
+        return self.config.username if sep and user_ok and password_ok else None
+
+    def _bucket(self, user: str) -> TokenBucket:
+        bucket = self._buckets.get(user)
+        if bucket is None:
+            bucket = self._buckets[user] = TokenBucket(self.config.rate, self._burst)
+        return bucket
+
+
+def _recase(value: str) -> str:
+    variant = zlib.crc32(value.encode()) % 3
+    return value.upper() if variant == 0 else value.lower() if variant == 1 else value.swapcase()
+
+
+def _drift(value: Any, top: bool = False) -> Any:
+    """Numbers as strings, enumerations in other casing, unannounced fields on every object."""
+    if isinstance(value, list):
+        return [_drift(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if isinstance(v, bool) or v is None:
+            out[key] = v
+        elif isinstance(v, int | float):
+            out[key] = str(v)
+        elif isinstance(v, str) and key in DRIFT_ENUMS:
+            out[key] = _recase(v)
+        elif isinstance(v, dict | list):
+            out[key] = _drift(v)
+        else:
+            out[key] = v
+    out["rowVersion"] = str(len(value))
+    if top:
+        out["serverNode"] = "node-7"
+    else:
+        out["legacyCode"] = f"L{len(value) * 37 % 997:03d}"
+    return out
+
+
+# --- running it ---------------------------------------------------------------------------------
+
+
+async def _start_site(server: SandboxServer, host: str, port: int) -> tuple[web.ServerRunner, int]:
+    lowlevel = web.Server(server.handle, access_log=None)
+    runner = web.ServerRunner(lowlevel)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise SettingsError(f"sandbox cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    addresses = runner.addresses
+    actual = int(addresses[0][1]) if addresses else port
+    return runner, actual
+
+
+def serve_forever(config: SandboxConfig, host: str = "127.0.0.1", port: int = 8700) -> None:
+    """Serve until SIGINT/SIGTERM (``membersync sandbox``); logs the URL and config, never the password."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("sandbox starting: %s", config.describe())
+    server = SandboxServer(config)
+    asyncio.run(_serve(server, host, port))
+
+
+async def _serve(server: SandboxServer, host: str, port: int) -> None:
+    runner, actual = await _start_site(server, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("sandbox serving http://%s:%d/svcapi/ (%s)", host, actual, server.config.describe())
+    try:
+        await stop.wait()
+    finally:
+        log.info("sandbox stopping after %d requests", server.stats.requests)
+        await runner.cleanup()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+class RunningSandbox:
+    """A sandbox served from a daemon thread with its own event loop (tests, demo, benchmarks)."""
+
+    def __init__(self, server: SandboxServer, host: str, port: int) -> None:
+        self.server = server
+        self.host = host
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.ServerRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def service(self) -> Service:
+        return self.server.service
+
+    @property
+    def stats(self) -> SandboxStats:
+        return self.server.stats
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self.server.config
+
+    def start(self) -> RunningSandbox:
+        self._thread = threading.Thread(target=self._run, name=f"sandbox-{self.port}", daemon=True)
+        self._thread.start()
+        self._ready.wait(60)
+        if self._failure is not None:
+            raise self._failure
+        if not self._ready.is_set():
+            raise RuntimeError("the sandbox did not start within 60 s")
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            self._runner, self.port = loop.run_until_complete(_start_site(self.server, self.host, self.port))
+        except BaseException as exc:
+            self._failure = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+    def call(self, fn: Callable[[Service], T]) -> T:
+        """Run ``fn(service)`` on the server's loop thread (a consistent read or write) and return it."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            raise RuntimeError("the sandbox is not running")
+        if threading.current_thread() is self._thread:
+            return fn(self.service)
+
+        async def run() -> T:
+            return fn(self.service)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout=120)
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(30)
+
+    def __enter__(self) -> RunningSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in_thread(
+    config: SandboxConfig | None = None, host: str = "127.0.0.1", port: int = 0
+) -> RunningSandbox:
+    """Generate the data, serve it from a daemon thread, return when it answers."""
+    server = SandboxServer(config or SandboxConfig())
+    return RunningSandbox(server, host, port).start()
