@@ -77,8 +77,21 @@ def sandbox(
     password: Annotated[
         str, typer.Option(envvar="SANDBOX_PASSWORD", help="Basic password", show_default=False)
     ] = ("sandbox"),
+    burst: Annotated[
+        float | None, typer.Option(help="token-bucket burst per credential (default: the rate)")
+    ] = None,
+    anchor_date: Annotated[
+        str | None, typer.Option("--anchor-date", help="data is generated up to this date (default: today)")
+    ] = None,
+    drift: Annotated[
+        bool, typer.Option("--drift", help="numbers as strings, enums in other casing, extra fields")
+    ] = False,
+    profile: Annotated[
+        str | None, typer.Option(help="serve a tenant profile's wire names (TOML; default: the contract)")
+    ] = None,
 ) -> None:
     """Serve the sandbox: a complete local implementation of the service."""
+    from membersync.extract.profile import Profile
     from membersync.extract.sandbox.server import SandboxConfig, serve_forever
 
     config = guarded(
@@ -91,9 +104,14 @@ def sandbox(
             fault_rate=fault_rate,
             username=username,
             password=password,
+            burst=burst,
+            anchor_date=parse_date(anchor_date),
+            drift=drift,
+            profile=Profile.load(profile) if profile else None,
+            lazy=True,  # clients' holdings are filled on first use: start-up stays fast at 100,000
         )
     )
-    serve_forever(config, host=host, port=port)
+    guarded(lambda: serve_forever(config, host=host, port=port))
 
 
 @app.command()
