@@ -261,11 +261,13 @@ _KNOWN_FIELDS: frozenset[str] = frozenset()
 def _field_in(message: str) -> str | None:
     global _KNOWN_FIELDS
     if not _KNOWN_FIELDS:
-        from membersync.extract import catalogue
+        from membersync.extract import catalogue, records
 
         names = {p.name for e in catalogue.ENDPOINTS for p in e.params}
         names |= {f for e in catalogue.ENDPOINTS for f in e.required}
-        _KNOWN_FIELDS = frozenset(names | {"page", "pageSize", "lines", "quantity", "pricePerUnit"})
+        for value in vars(records).values():  # every field of every record and request body
+            names |= set(getattr(value, "__annotations__", {}) if isinstance(value, type) else ())
+        _KNOWN_FIELDS = frozenset(names)
     for word in _IDENT.findall(message):
         if word in _KNOWN_FIELDS:
             return word

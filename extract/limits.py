@@ -111,16 +111,18 @@ class RateLimiter:
             return False  # same episode: the requests in flight at the first 429 also get one
         self._last_decrease = now
         current = self.rate if self.rate is not None else self._observed(now)
+        if current is None:  # refused before we saw any throughput: the cool-down must do
+            return False
         new = max(constants.MIN_RATE, current * constants.RATE_DECREASE)
         self.rate = new if self.cap is None else min(new, self.cap)
         self.decreases += 1
         return True
 
-    def _observed(self, now: float) -> float:
+    def _observed(self, now: float) -> float | None:
         elapsed = now - self._window_start
         partial = self._window_count / elapsed if elapsed > 0.1 else 0.0
         observed = max(self.throughput, partial)
-        return observed if observed > 0 else constants.MIN_RATE * 10
+        return observed if observed > 0 else None
 
 
 class AdaptiveConcurrency:
