@@ -32,7 +32,7 @@ import re
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -634,9 +634,3 @@ def _write_model_catalogue(con: duckdb.DuckDBPyConnection, models: Sequence[Mode
 def committed_nights(data_dir: DataDir) -> list[dt.date]:
     """The committed nights of the landing zone, oldest first."""
     return [m.snapshot_date for m in read_manifests(data_dir.manifests)]
-
-
-def iter_model_docs(sql_dir: Path | None = None) -> Iterator[tuple[str, str, str]]:
-    """(name, grain, key) of every model, in build order (for docs)."""
-    for model in load_models(sql_dir):
-        yield model.name, model.grain, ", ".join(model.key)
