@@ -244,6 +244,7 @@ class _Prepared:
     wrapper: str | None
     names: dict[str, str]  # logical param -> wire param, percent-encoded
     convert: Callable[[Any], Any] | None  # wire item -> logical item; None = identical
+    body_renames: bool = False  # a write whose body fields have other names on the wire
 
 
 def _has_renames(profile: Profile, record: str) -> bool:
@@ -368,6 +369,7 @@ class ServiceClient:
             wrapper=self.profile.wrapper(ep),
             names=names,
             convert=_converter(self.profile, ep.record if ep.method == "GET" else ep.name),
+            body_renames=ep.is_write and _has_renames(self.profile, ep.name),
         )
 
     # -- generic calls -------------------------------------------------------------------------
@@ -410,6 +412,8 @@ class ServiceClient:
 
     async def _post(self, ep: Endpoint, body: Mapping[str, Any]) -> Any:
         prep = self._prepared[ep.name]
+        if prep.body_renames:
+            body = self.profile.to_wire(ep.name, dict(body))
         content = orjson.dumps(body, default=_json_default)
         return await self._call(prep, prep.url, content, body)
 

@@ -254,7 +254,8 @@ def _error_body(body: bytes) -> tuple[str | None, str | None]:
     return None, None
 
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a field name, or a path to one such as ``lines[0].productNumber`` (its last part is the field)
+_IDENT = re.compile(r"[A-Za-z_]\w*(?:\[\d+\])?(?:\.[A-Za-z_]\w*(?:\[\d+\])?)*")
 _KNOWN_FIELDS: frozenset[str] = frozenset()
 
 
@@ -268,7 +269,8 @@ def _field_in(message: str) -> str | None:
         for value in vars(records).values():  # every field of every record and request body
             names |= set(getattr(value, "__annotations__", {}) if isinstance(value, type) else ())
         _KNOWN_FIELDS = frozenset(names)
-    for word in _IDENT.findall(message):
+    for path in _IDENT.findall(message):
+        word = path.rsplit(".", 1)[-1].split("[", 1)[0]
         if word in _KNOWN_FIELDS:
             return word
     return None
