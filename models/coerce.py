@@ -150,9 +150,8 @@ def _cents(value: object) -> int:
     if type(value) is int:
         cents = value * 100
     elif type(value) is float:
-        if not -FLOAT_EXACT < value < FLOAT_EXACT and not (value.is_integer() and abs(value) <= 2**53):
-            # A double keeps 15 significant digits: beyond, the JSON text was already rounded.
-            raise _Bad(f"money too large to be exact as a JSON number (send a string): {_show(value)}")
+        if not -FLOAT_EXACT < value < FLOAT_EXACT:  # rare: only here do we pay for the checks
+            _check_large_float(value)
         cents = _cents_of_text(repr(value), value)  # repr: the shortest text that round-trips
     elif type(value) is str:
         cents = _cents_of_text(value, value)
@@ -161,6 +160,16 @@ def _cents(value: object) -> int:
     if not -MAX_CENTS <= cents <= MAX_CENTS:
         raise _Bad(f"money out of decimal(18,2) range: {_show(value)}")
     return cents
+
+
+def _check_large_float(value: float) -> None:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _Bad(f"money is not a finite number: {_show(value)}")
+    if abs(value) >= 1e16:
+        raise _Bad(f"money out of decimal(18,2) range: {_show(value)}")
+    if not (value.is_integer() and abs(value) <= 2**53):
+        # A double keeps 15 significant digits: beyond, the JSON text was already rounded.
+        raise _Bad(f"money too large to be exact as a JSON number (send a string): {_show(value)}")
 
 
 def _cents_of_text(text: str, value: object) -> int:
@@ -232,9 +241,14 @@ def _datetime(value: object) -> dt.datetime:
 
 
 def _utc(value: object) -> dt.datetime:
-    """A UTC instant. Aware values keep their offset: Arrow converts them to UTC when it builds
-    the ``timestamp[us, UTC]`` column; a missing ``Z`` is read as UTC (lastModified is UTC)."""
-    return _datetime(value)
+    """A UTC instant (aware, in UTC); a missing ``Z`` is read as UTC (lastModified is UTC)."""
+    moment = _datetime(value)
+    if moment.tzinfo is None or moment.tzinfo is UTC:
+        return moment
+    try:
+        return moment.astimezone(UTC)  # in Python, so an instant outside years 1..9999 is refused
+    except OverflowError:
+        raise _Bad(f"datetime out of range: {_show(value)}") from None
 
 
 def _text_list(value: object) -> list[str]:
