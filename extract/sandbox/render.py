@@ -40,7 +40,10 @@ def local(value: dt.datetime) -> str:
 
 
 def utc(value: dt.datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``YYYY-MM-DDTHH:MM:SSZ`` (isoformat is several times faster than strftime)."""
+    if value.utcoffset() != dt.timedelta(0):
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="seconds")[:19] + "Z"
 
 
 def styled(value: dt.datetime, style: m.WireStyle, zone: ZoneInfo) -> str:
