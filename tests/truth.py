@@ -194,6 +194,9 @@ def client_name(first: str | None, last: str | None) -> str:
 def compute_truth(service: Service, night: dt.date) -> Reports:
     """Every report of ``night`` from the service's state. Call it on the sandbox's loop thread
     (:func:`truth_of`) so no request changes the state half-way."""
+    materialize = getattr(service, "materialize_all", None)
+    if materialize is not None:  # a lazy sandbox fills clients' holdings on first use
+        materialize()
     return {
         "outstanding_balances_by_store": outstanding_balances(service, night),
         "frozen_memberships_by_store": frozen_memberships(service, night),
