@@ -173,7 +173,7 @@ def test_every_configuration_list_answers_its_wrapper_and_fields(
     for ep in catalogue.CONFIG_ENDPOINTS:
         path = ep.path.removeprefix(P)
         if ep.kind == "config":
-            calls = [{}]
+            calls: list[dict[str, str]] = [{}]
         elif ep.name == "processor_credentials":
             calls = [{"storecode": c, "type": t} for c in codes for t in ("POS", "EFT")]
         else:

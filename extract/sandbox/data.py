@@ -251,7 +251,7 @@ PRODUCTS = (  # name, price, category
     ("Club T-Shirt", "25.00", "APPAREL"),
     ("Resistance Bands", "15.99", "EQUIPMENT"),
 )
-QUESTIONS = (
+QUESTIONS: tuple[tuple[str, str, str, list[str]], ...] = (
     ("Q1", "Do you have any allergies?", "TEXT", []),
     ("Q2", "Preferred massage pressure", "CHOICE", ["Light", "Medium", "Firm"]),
     ("Q3", "Are you pregnant?", "YESNO", []),
