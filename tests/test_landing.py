@@ -239,6 +239,24 @@ def test_state_follows_the_manifests_not_state_json(zone: LandingZone) -> None:
     assert zone.state().last_night == D2 and zone.state().watermark == "2026-11-21T00:30:00Z"
 
 
+def test_recover_sweeps_orphans_and_temp_files(zone: LandingZone) -> None:
+    land_night(zone, D1)
+    partition = zone.data_dir.landing / "memberships" / "snapshot_date=2026-11-20"
+    stray = partition / "part-someone-else.parquet"
+    stray.write_bytes(b"PAR1 not really")
+    (zone.data_dir.manifests / f".2026-11-21.json{landing_mod.TMP_MARK}1-ab").write_text("{")
+    (zone.data_dir.landing / "clients" / "snapshot_date=2026-11-19").mkdir(parents=True)
+    assert zone.read("memberships", D1).num_rows == 6  # readers never see the stray file
+    with zone.lock():
+        zone.recover()  # quick: only nights with a staging area are scanned
+        assert stray.exists() and temp_files(zone) == []
+        zone.recover(full=True)
+    assert not stray.exists()
+    assert not (zone.data_dir.landing / "clients").exists()
+    assert published_files(zone) == named_files(zone)
+    assert zone.read("memberships", D1).num_rows == 6
+
+
 def test_commit_refuses_stats_that_are_not_json(zone: LandingZone) -> None:
     with zone.lock():
         run = zone.open_night(D1, "full")

@@ -316,12 +316,16 @@ class LandingZone:
             raise LandingWriteError(f"cannot start night {night} in {folder}: {_describe(exc)}") from None
         return Night(self, night, mode, run_id, resumed=False)
 
-    def recover(self) -> None:
+    def recover(self, full: bool = False) -> None:
         """Bring the zone back to "only committed files are published" after any crash.
 
         Removes temporary files; moves published files of an uncommitted (resumable) run back
         into its staging area; deletes published files no manifest names; drops staging areas
         of runs that were committed. Never touches a file a manifest names.
+
+        Only a night with a staging area can have unnamed published files (a run writes its
+        ``run.json`` before anything else, and removes its staging area last), so only those
+        nights' partitions are scanned, unless ``full`` (every partition of every night).
         """
         with self._locked():
             landing = self.data_dir.landing
@@ -333,8 +337,9 @@ class LandingZone:
             committed_run = {m.snapshot_date: m.run_id for m in manifests}
             self._sweep_temp(self.data_dir.manifests)
             self._sweep_temp(self.data_dir.state_file.parent)
+            staged_nights = self._staged_nights()
             pending = self._recover_staging(committed_run)
-            self._recover_published(named, pending)
+            self._recover_published(named, pending, None if full else staged_nights)
             self._write_state(manifests)
 
     # -- recovery steps -------------------------------------------------------------------------
@@ -344,6 +349,13 @@ class LandingZone:
             for entry in folder.iterdir():
                 if TMP_MARK in entry.name:
                     _remove(entry)
+
+    def _staged_nights(self) -> set[str]:
+        """Partition names (``snapshot_date=D``) of the nights that have a staging area."""
+        staging = self.data_dir.staging
+        if not staging.exists():
+            return set()
+        return {f"snapshot_date={p.name}" for p in staging.iterdir() if _NIGHT_DIR.fullmatch(p.name)}
 
     def _recover_staging(self, committed_run: Mapping[dt.date, str]) -> dict[dt.date, tuple[str, Path]]:
         """Clean every staging area; the resumable ones, by night: (run_id, folder)."""
@@ -371,28 +383,36 @@ class LandingZone:
             pending[night] = (run_id, folder)
         return pending
 
-    def _recover_published(self, named: set[str], pending: Mapping[dt.date, tuple[str, Path]]) -> None:
+    def _recover_published(
+        self, named: set[str], pending: Mapping[dt.date, tuple[str, Path]], only: set[str] | None
+    ) -> None:
         landing = self.data_dir.landing
         for top in sorted(landing.iterdir()):
             if top.name in _RESERVED_TOP or not top.is_dir():
                 continue
             for partition in sorted(top.iterdir()):
+                if only is not None and partition.name not in only:
+                    continue
                 if not partition.is_dir():
                     _remove(partition)
                     continue
+                changed = False
                 for entry in sorted(partition.iterdir()):
                     rel = f"{top.name}/{partition.name}/{entry.name}"
                     if rel in named:
                         continue
+                    changed = True
                     if not self._return_to_staging(entry, top.name, partition.name, pending):
                         log.info("recover: removing %s (no manifest names it)", rel)
                         _remove(entry)
-                _fsync_dir(partition)
                 if not any(partition.iterdir()):
                     partition.rmdir()
+                    _fsync_dir(top)
+                elif changed:
+                    _fsync_dir(partition)
             if not any(top.iterdir()):
                 top.rmdir()
-        _fsync_dir(landing)
+                _fsync_dir(landing)
 
     def _return_to_staging(
         self, entry: Path, table: str, partition: str, pending: Mapping[dt.date, tuple[str, Path]]
@@ -431,6 +451,7 @@ class LandingZone:
     def _ensure_root(self) -> None:
         root = self.data_dir.root
         if not root.exists():
+            root.parent.mkdir(parents=True, exist_ok=True)  # outside the data dir: not ours to chmod
             _make_dirs(root, root.parent)
         os.chmod(root, DIR_MODE)
 
