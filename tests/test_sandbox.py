@@ -999,7 +999,9 @@ def test_fault_rate_one_faults_every_request(fresh_sandbox: Callable[..., Runnin
             assert is_faulty(response)
             kinds["dropped" if response is None else str(response.status_code)] += 1
     assert set(kinds) == {"dropped", "200", "500", "502", "503"}, kinds  # every kind appears
-    assert running.stats.faults_injected == 60
+        for _ in range(20):  # even a request the service would refuse gets a fault instead
+            assert is_faulty(fetch(client, "POST", P + "clients/insertcomment", json={}))
+    assert running.stats.faults_injected == 80
     html = [k for k in running.stats.faults if k == "html_502"]
     assert html
 

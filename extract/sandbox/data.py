@@ -366,6 +366,7 @@ class _Clients:
         self.seed = seed
         self.count = count
         self.anchor = service.anchor
+        self.anchor_ordinal = service.anchor.toordinal()
         self.codes = list(service.stores)
         weights = [max(1, 10 - 2 * i) for i in range(len(self.codes))]  # first stores are busier
         self.cum_weights = list(itertools.accumulate(weights))
@@ -403,12 +404,12 @@ class _Clients:
         home = self.codes[bisect.bisect(self.cum_weights, rnd() * self.cum_weights[-1])]
         store = s.stores[home]
         first, last = FIRST[int(rnd() * len(FIRST))], LAST[int(rnd() * len(LAST))]
-        created = anchor - dt.timedelta(days=20 + int(rnd() * (HISTORY_DAYS + 380)))
+        days_ago = 20 + int(rnd() * (HISTORY_DAYS + 380))
+        created = dt.date.fromordinal(self.anchor_ordinal - days_ago)
         # last_modified: mostly recent, never within 3 days of creation, always before the anchor.
-        oldest = (s.floor - dt.datetime.combine(created, dt.time(), dt.UTC)).total_seconds() - 3 * 86400
-        age = min(1 + int(-math.log(1.0 - rnd()) * MEAN_AGE_SECONDS), int(oldest))
+        age = min(1 + int(-math.log(1.0 - rnd()) * MEAN_AGE_SECONDS), (days_ago - 3) * 86400)
         last_modified = s.floor - dt.timedelta(seconds=age)
-        birth = None if rnd() < 0.1 else anchor - dt.timedelta(days=6600 + int(rnd() * 22400))
+        birth = None if rnd() < 0.1 else dt.date.fromordinal(self.anchor_ordinal - 6600 - int(rnd() * 22400))
         client = m.Client(
             client_number=number,
             first_name=first,
@@ -442,7 +443,9 @@ class _Clients:
                 client.ledger.setdefault(other, self.balance(rnd))
         s.add_client(client)
         self.index[number] = i
-        self.until[number] = max(last_modified.date() - dt.timedelta(days=2), created)
+        # the last day a holding may have: two days before last_modified (whatever the store's offset)
+        until_days_ago = max(2 + (age + 86399) // 86400, 0)
+        self.until[number] = max(dt.date.fromordinal(self.anchor_ordinal - until_days_ago), created)
         if i == 0 or (i >= len(catalogue.MEMBERSHIP_STATUSES) and rnd() < 0.08):
             self.owners[i] = self.numbers[i + 1 : i + 2 + int(rnd() * 3)]
 

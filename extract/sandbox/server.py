@@ -279,6 +279,9 @@ class SandboxServer:
                 return await self._fault(request, route, fault)
             body = await self._answer(request, route)
         except ApiError as exc:
+            if fault == "truncated":  # only a 200 is truncated: a refusal becomes a 500 instead
+                stats.faults["error_500"] += 1
+                return self._error(ApiError(500, "internal_error", "an internal error occurred"))
             return self._error(exc)
         if fault == "truncated":
             stats.faults[fault] += 1
