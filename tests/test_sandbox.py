@@ -31,7 +31,7 @@ import pytest
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
 from membersync.extract.sandbox import data
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.server import FAULT_KINDS, RunningSandbox, SandboxConfig, start_in_thread
 from membersync.extract.sandbox.state import Service
 from membersync.extract.settings import SettingsError
 
@@ -998,12 +998,11 @@ def test_fault_rate_one_faults_every_request(fresh_sandbox: Callable[..., Runnin
             response = fetch(client, "GET", P + "stores/storelist")
             assert is_faulty(response)
             kinds["dropped" if response is None else str(response.status_code)] += 1
-    assert set(kinds) == {"dropped", "200", "500", "502", "503"}, kinds  # every kind appears
         for _ in range(20):  # even a request the service would refuse gets a fault instead
             assert is_faulty(fetch(client, "POST", P + "clients/insertcomment", json={}))
+    assert set(kinds) == {"dropped", "200", "500", "502", "503"}, kinds  # every kind appears
     assert running.stats.faults_injected == 80
-    html = [k for k in running.stats.faults if k == "html_502"]
-    assert html
+    assert set(running.stats.faults) >= set(FAULT_KINDS)
 
 
 def test_fault_rate_share_and_writes_applied_before_failing(

@@ -400,7 +400,7 @@ class _Clients:
         self.s.filler = self.fill
 
     def core(self, i: int, number: str, rnd: Callable[[], float]) -> None:
-        s, anchor = self.s, self.anchor
+        s = self.s
         home = self.codes[bisect.bisect(self.cum_weights, rnd() * self.cum_weights[-1])]
         store = s.stores[home]
         first, last = FIRST[int(rnd() * len(FIRST))], LAST[int(rnd() * len(LAST))]
