@@ -427,3 +427,19 @@ def timed() -> Iterator[list[float]]:
         yield box
     finally:
         box.append(time.monotonic() - started)
+
+
+# --- measured results (for tests/RELIABILITY.md) --------------------------------------------------------
+
+RESULTS_ENV = "MEMBERSYNC_RELIABILITY_RESULTS"
+
+
+def record(scenario: str, result: str, **figures: Any) -> None:
+    """Note a scenario's measured result: printed (``pytest -s``) and, when
+    ``MEMBERSYNC_RELIABILITY_RESULTS`` names a file, appended to it as one JSON line."""
+    line = json.dumps({"scenario": scenario, "result": result, "figures": figures}, default=str)
+    print(f"\n[reliability] {scenario}: {result}")
+    target = os.environ.get(RESULTS_ENV)
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")

@@ -1,0 +1,481 @@
+"""Issue 5: every promise of membersync as a test with a measured result.
+
+Real parts only: the sandbox over loopback (its fault rate, rate limit and latency knobs), real
+``membersync sync`` processes (forked from a pre-imported parent, or exec'd where start-up is
+part of the promise) killed with SIGKILL as whole process groups, real Parquet and DuckDB files.
+Ground truth is the sandbox's own state (:mod:`truth`), never our own SQL.
+
+Each scenario calls :func:`reliability.record` with its measured figures; with
+``MEMBERSYNC_RELIABILITY_RESULTS=<file>`` they are collected for ``tests/RELIABILITY.md``
+(``python tests/reliability_table.py <file>``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import random
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import truth
+from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.warehouse.crashpoints import POINTS
+from reliability import (
+    Outcome,
+    Workspace,
+    inspect,
+    manifest_stats,
+    published_digest,
+    record,
+    reports_digest,
+    state_problems,
+)
+
+ANCHOR = dt.datetime.now(dt.UTC).date()
+KILLS = int(os.environ.get("MEMBERSYNC_RELIABILITY_KILLS", "20"))
+
+
+@pytest.fixture
+def tmp_root() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:
+        yield Path(tmp)
+
+
+@pytest.fixture
+def sandboxes() -> Iterator[Callable[..., RunningSandbox]]:
+    started: list[RunningSandbox] = []
+
+    def make(**kw: Any) -> RunningSandbox:
+        kw.setdefault("anchor_date", ANCHOR)
+        running = start_in_thread(SandboxConfig.checked(**kw))
+        started.append(running)
+        return running
+
+    try:
+        yield make
+    finally:
+        for running in started:
+            running.stop()
+
+
+def assert_ok(outcome: Outcome) -> None:
+    assert outcome.ok, outcome.describe()
+
+
+def assert_clean(ws: Workspace) -> None:
+    problems = inspect(ws.data_dir).problems()
+    assert problems == [], problems
+
+
+def one_line_error(outcome: Outcome) -> str:
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr:\n{outcome.describe()}"
+    return lines[0]
+
+
+def touch_sandbox(sandbox: RunningSandbox, n: int, salt: int) -> None:
+    """A few changes straight on the service (points and a ledger payment), so a night has work."""
+
+    def change(service: Any) -> None:
+        clients = list(service.iter_clients())
+        rng = random.Random(salt)
+        for client in rng.sample(clients, n):
+            store = client.home_store
+            service.insert_points(
+                {"clientNumber": client.client_number, "storecode": store, "points": 5, "reason": "touch"}
+            )
+            if client.ledger.get(store, 0) > 1:
+                service.post_account_ledger_payment(
+                    {
+                        "clientNumber": client.client_number,
+                        "storecode": store,
+                        "amount": "0.99",
+                        "paymentType": service.store_payment_types[store][0].code,
+                    }
+                )
+
+    sandbox.call(change)
+
+
+# --- 1. fault storm ------------------------------------------------------------------------------------
+
+
+def test_fault_storm_night_is_exact_and_retries_bounded(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
+) -> None:
+    sandbox = sandboxes(clients=100, seed=1, fault_rate=0.05, rate=150.0, burst=20.0)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR)
+    outcome = ws.sync()
+    assert_ok(outcome)
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    assert_clean(ws)
+    stats = manifest_stats(ws.data_dir, ANCHOR)
+    faults = sandbox.stats.faults
+    injected = sum(faults[k] for k in ("error_500", "unavailable_503", "html_502", "dropped", "truncated"))
+    limited = sandbox.stats.rate_limited
+    attempts, retries = int(stats["requests"]), int(stats["retries"])
+    logical = attempts - retries
+    # aiohttp re-sends an idempotent request once, by itself, when the server dropped a reused
+    # keep-alive connection: those sends reach the server but are not attempts of our client.
+    resent = sandbox.stats.requests - attempts
+    assert injected > 0 and limited > 0, (dict(faults), limited)
+    assert 0 <= resent <= faults["dropped"], (resent, dict(faults))
+    # Every failed send was a fault or a 429 and was retried (by our client, or once by aiohttp
+    # for a dropped connection); a request retried more than max_retries would fail the night.
+    assert retries + resent == injected + limited, (retries, resent, injected, limited)
+    assert retries <= 5 * logical
+    record(
+        "1 fault storm",
+        f"exact; {injected} faults ({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}) and "
+        f"{limited} 429s over {logical} requests: {retries} client retries + {resent} silent aiohttp "
+        f"re-sends of dropped connections = every failed send; none over the bound of 5 retries",
+        seconds=round(outcome.seconds, 1),
+    )
+
+
+# --- 2. SIGKILL at random moments -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_rerun(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
+) -> None:
+    sandbox = sandboxes(clients=50, seed=2)
+    kept = Workspace(tmp_root / "kept", sandbox.url, ANCHOR, batch_size=10)
+    reference = kept.sync()
+    assert_ok(reference)
+    truth.assert_night_exact(sandbox, kept.data_dir, ANCHOR)
+    digest = reports_digest(kept.data_dir, ANCHOR)
+    full_time = reference.seconds
+    rng = random.Random(20261121)
+    tally = {"exact": 0, "duplicates": 0, "unreadable": 0, "temp_left": 0, "exact_after_kill": 0}
+    hit = {"before commit": 0, "after commit": 0}
+    started = time.monotonic()
+    for i in range(KILLS):
+        # Even cycles: a rerun of a committed night is killed (readers must still see that night);
+        # odd cycles: the very first night of a fresh data dir is killed.
+        ws = kept if i % 2 == 0 else Workspace(tmp_root / f"fresh{i}", sandbox.url, ANCHOR, batch_size=10)
+        before = ws.data_dir.manifests / f"{ANCHOR}.json"
+        run_id = json.loads(before.read_text())["run_id"] if before.exists() else None
+        moment = rng.uniform(0.05, 1.0) * full_time
+        running = ws.start()
+        time.sleep(moment)
+        running.kill_group()
+        killed = running.wait(60)
+        after_kill = inspect(ws.data_dir)
+        tally["unreadable"] += len(after_kill.unreadable)
+        tally["duplicates"] += after_kill.duplicate_keys
+        assert after_kill.missing == [] and after_kill.state_problems == [], after_kill.problems()
+        now_id = json.loads(before.read_text())["run_id"] if before.exists() else None
+        hit["after commit" if now_id not in (None, run_id) else "before commit"] += 1
+        if ws is kept:  # readers still see a whole night: the old one or the new one
+            truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+            tally["exact_after_kill"] += 1
+        rerun = ws.sync()
+        assert_ok(rerun)
+        truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+        health = inspect(ws.data_dir)
+        tally["duplicates"] += health.duplicate_keys
+        tally["unreadable"] += len(health.unreadable)
+        tally["temp_left"] += len(health.temp_files) + len(health.staging_files) + len(health.orphans)
+        assert health.problems() == [], (i, moment, killed.status, health.problems())
+        assert reports_digest(ws.data_dir, ANCHOR) == digest, "a rerun changed the CSV bytes"
+        tally["exact"] += 1
+    elapsed = time.monotonic() - started
+    record(
+        "2 SIGKILL anywhere",
+        f"{KILLS} kills (seeded, {hit['before commit']} before / {hit['after commit']} after the "
+        f"killed run's commit): {tally['exact']}/{KILLS} reruns exact and byte-identical, "
+        f"{tally['duplicates']} duplicate keys, {tally['unreadable']} unreadable files, "
+        f"{tally['temp_left']} temporary files left; readers saw a whole night after "
+        f"{tally['exact_after_kill']}/{(KILLS + 1) // 2} kills of a rerun",
+        seconds=round(elapsed, 1),
+        full_run_s=round(full_time, 1),
+    )
+
+
+# --- 3. crash at named points ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_crash_at_every_named_point_recovers(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
+) -> None:
+    sandbox = sandboxes(clients=60, seed=3)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR, batch_size=15)
+    results = []
+    previous: dict[str, str] = {}
+    for k, point in enumerate(POINTS):
+        night = ANCHOR + dt.timedelta(days=k)
+        if k:
+            touch_sandbox(sandbox, 5, salt=k)
+        # the 2nd batch of the first night (a resume), the first time everywhere else
+        where = f"{point}:2" if point == "after_batch_landed" else point
+        crashed = ws.sync(ws.argv(night), env=ws.env(MEMBERSYNC_CRASH_AT=where))
+        assert crashed.status == -9, f"crash point {point} was not reached:\n{crashed.describe()}"
+        health = inspect(ws.data_dir)
+        assert health.unreadable == [] and health.missing == [] and health.duplicate_keys == 0, health
+        assert state_problems(ws.data_dir) == [], state_problems(ws.data_dir)
+        # committed nights before this one are untouched
+        now = published_digest(ws.data_dir)
+        changed = sorted(p for p in previous if previous[p] != now.get(p) and _night_of(p) != night)
+        changed = [p for p in changed if not p.startswith(("warehouse.duckdb", "reports/"))]
+        assert changed == [], changed
+        rerun = ws.sync(ws.argv(night))
+        assert_ok(rerun)
+        truth.assert_night_exact(sandbox, ws.data_dir, night)
+        assert_clean(ws)
+        reused = rerun.summary_value("batches") or ""
+        results.append(f"{point}: exact ({reused.split(' (')[-1].rstrip(')') or reused})")
+        previous = published_digest(ws.data_dir)
+    record("3 crash at named points", f"{len(results)}/{len(POINTS)} recover exact: " + "; ".join(results))
+
+
+def _night_of(relative: str) -> dt.date | None:
+    for part in relative.replace(".json", "").split("/"):
+        with contextlib.suppress(ValueError):
+            return dt.date.fromisoformat(part.removeprefix("snapshot_date="))
+    return None
+
+
+# --- 4. reruns ----------------------------------------------------------------------------------------
+
+
+def test_same_night_three_times_gives_byte_identical_reports(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
+) -> None:
+    sandbox = sandboxes(clients=60, seed=4)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR)
+    digests = []
+    for _ in range(3):
+        assert_ok(ws.sync())
+        digests.append(reports_digest(ws.data_dir, ANCHOR))
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    assert_clean(ws)
+    assert len(set(digests)) == 1, digests
+    record("4 reruns", f"3 runs of one night: 1 distinct CSV hash ({digests[0][:12]}), exact")
+
+
+# --- 5. two runs at once ------------------------------------------------------------------------------
+
+
+def test_second_run_exits_at_once_and_readers_see_whole_nights(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
+) -> None:
+    sandbox = sandboxes(clients=60, seed=5, latency_ms=15.0)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR)
+    assert_ok(ws.sync())
+    expected = truth.truth_of(sandbox, ANCHOR)
+    reads, bad = 0, []
+    stop = threading.Event()
+
+    def reader() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            try:
+                problems = truth.report_differences(truth.warehouse_reports(ws.data_dir, ANCHOR), expected)
+                problems += truth.csv_differences(ws.data_dir, ANCHOR, expected)
+            except Exception as exc:  # a reader must never fail to read
+                problems = [f"{type(exc).__name__}: {exc}"]
+            reads += 1
+            bad.extend(problems[:3])
+
+    first = ws.start()
+    deadline = time.monotonic() + 60
+    while not ws.data_dir.lock_file.read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    second = ws.sync(how="exec", timeout=120)
+    still_running = first.poll() is None
+    done = first.wait(300)
+    stop.set()
+    thread.join(60)
+    assert still_running, "the first run ended before the second was tried: make it slower"
+    assert second.status == 1, second.describe()
+    line = one_line_error(second)
+    assert "already running" in line, line
+    assert_ok(done)
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    assert bad == [], bad[:10]
+    assert reads > 0
+    record(
+        "5 two runs at once",
+        f"second run: exit 1 in {second.seconds:.1f} s (process start included) with "
+        f"'{line.strip()[:80]}'; {reads} concurrent reads, 0 saw a half-written night",
+    )
+
+
+# --- 6 / 7 / 12 / 13: failures that must not touch the previous night ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def committed() -> Iterator[tuple[RunningSandbox, Workspace]]:
+    """A data dir holding one committed night (shared by the tests that must leave it untouched)."""
+    sandbox = start_in_thread(SandboxConfig(clients=60, seed=6, anchor_date=ANCHOR))
+    with tempfile.TemporaryDirectory(prefix="reliability-committed-") as tmp:
+        ws = Workspace(Path(tmp), sandbox.url, ANCHOR)
+        assert_ok(ws.sync())
+        truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+        try:
+            yield sandbox, ws
+        finally:
+            sandbox.stop()
+
+
+def _fails_fast_and_touches_nothing(
+    sandbox: RunningSandbox, ws: Workspace, env: dict[str, str], night: dt.date
+) -> tuple[Outcome, str, int]:
+    before = published_digest(ws.data_dir)
+    served = sandbox.stats.requests
+    outcome = ws.sync(ws.argv(night), how="exec", env=env, timeout=180)
+    assert outcome.status == 1, outcome.describe()
+    line = one_line_error(outcome)
+    assert published_digest(ws.data_dir) == before
+    assert state_problems(ws.data_dir) == []
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    return outcome, line, sandbox.stats.requests - served
+
+
+def test_wrong_credentials_fail_in_one_request(committed: tuple[RunningSandbox, Workspace]) -> None:
+    sandbox, ws = committed
+    night = ANCHOR + dt.timedelta(days=1)
+    outcome, line, requests = _fails_fast_and_touches_nothing(
+        sandbox, ws, ws.env(MEMBERSYNC_PASSWORD="not-the-password"), night
+    )
+    assert "401" in line or "credential" in line.lower(), line
+    assert requests == 1, f"{requests} requests reached the server after a 401"
+    assert "not-the-password" not in outcome.stdout + outcome.stderr
+    record(
+        "6 wrong credentials", f"exit 1 in {outcome.seconds:.1f} s after {requests} request: '{line[:100]}'"
+    )
+
+
+def test_wrong_base_url_fails_in_one_request(committed: tuple[RunningSandbox, Workspace]) -> None:
+    sandbox, ws = committed
+    night = ANCHOR + dt.timedelta(days=1)
+    outcome, line, requests = _fails_fast_and_touches_nothing(
+        sandbox, ws, ws.env(MEMBERSYNC_BASE_URL=sandbox.url + "/not-the-api"), night
+    )
+    assert requests == 1, f"{requests} requests reached the server after a 404"
+    record("6 wrong base URL", f"exit 1 in {outcome.seconds:.1f} s after {requests} request: '{line[:100]}'")
+
+
+def test_server_down_fails_cleanly(committed: tuple[RunningSandbox, Workspace]) -> None:
+    sandbox, ws = committed
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    outcome, line, _ = _fails_fast_and_touches_nothing(
+        sandbox, ws, ws.env(MEMBERSYNC_BASE_URL=f"http://127.0.0.1:{port}"), ANCHOR + dt.timedelta(days=1)
+    )
+    assert outcome.seconds < 90, outcome.describe()
+    record("7 server down (refused)", f"exit 1 in {outcome.seconds:.1f} s: '{line[:100]}'")
+
+
+class BadServer:
+    """A TCP server that accepts and then never answers (``stall``) or trickles a body (``trickle``)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.settimeout(1)
+            with contextlib.suppress(TimeoutError):
+                conn.recv(65536)
+            if self.mode == "trickle":
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+                )
+                conn.sendall(b'{"stores": [')
+                while not self.stop.is_set():
+                    conn.sendall(b" ")
+                    time.sleep(0.2)
+            else:
+                self.stop.wait()
+
+    def close(self) -> None:
+        self.stop.set()
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["stall", "trickle"])
+def test_stalling_server_every_request_ends_within_its_timeout(
+    committed: tuple[RunningSandbox, Workspace], mode: str
+) -> None:
+    """In process, with short timeouts (the CLI has no knob for them: 30 s read timeout x 6 attempts)."""
+    from membersync.extract.client import ClientOptions
+    from membersync.extract.errors import ServiceError
+    from membersync.extract.settings import ServiceSettings
+    from membersync.flows.nightly import SyncOptions, run_night
+
+    sandbox, ws = committed
+    server = BadServer(mode)
+    before = published_digest(ws.data_dir)
+    options = SyncOptions(
+        client_options=ClientOptions(
+            connect_timeout=1.0,
+            read_timeout=1.0,
+            write_timeout=1.0,
+            pool_timeout=5.0,
+            max_retries=1,
+            backoff_base=0.05,
+            backoff_max=0.1,
+        )
+    )
+    settings = ServiceSettings.from_env(ws.env(MEMBERSYNC_BASE_URL=server.url))
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            run_night(settings, ws.data_dir, ANCHOR + dt.timedelta(days=1), options=options)
+            box["result"] = "succeeded"
+        except BaseException as exc:
+            box["error"] = exc
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    elapsed = time.monotonic() - started
+    hung = thread.is_alive()
+    server.close()
+    thread.join(30)
+    assert not hung, f"{mode}: the night was still running after 60 s (no overall deadline per request)"
+    error = box.get("error")
+    assert isinstance(error, ServiceError), box
+    text = str(error)
+    assert "\n" not in text
+    # 2 attempts x 1 s read timeout + backoff, for each request in flight at once: well under 15 s
+    assert elapsed < 15, f"{mode}: failed only after {elapsed:.1f} s"
+    assert published_digest(ws.data_dir) == before
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    record(f"7 server {mode}s", f"night failed in {elapsed:.1f} s (timeout 1 s, 1 retry): '{text[:90]}'")
