@@ -167,6 +167,7 @@ def child_main(prefect: bool) -> int:
     night = dt.date.today()
     if prefect:
         os.environ["MEMBERSYNC_BUILD"] = "off"
+        nightly.prepare_prefect_env()
         from prefect import flow
 
         @flow(name="membersync-bench-warmup", persist_result=False)
@@ -210,9 +211,7 @@ def _verdict(ok: bool) -> str:
 def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     """``membersync bench``: run the scenarios and print the figures against their targets."""
     if sandbox_only:
-        from membersync.extract.sandbox.bench import run_sandbox_bench
-
-        return int(run_sandbox_bench() or 0)
+        return sandbox_only_bench(clients)
 
     table = Table(title="membersync bench", title_justify="left")
     for column in ("scenario", "figure", "value", "target", ""):
@@ -282,6 +281,25 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
         "",
         "",
     )
+    out.print(table)
+    return 0
+
+
+def sandbox_only_bench(clients: list[int]) -> int:
+    """The sandbox engineer's benchmark (the server alone), one row per client count."""
+    from membersync.extract.sandbox.bench import run_sandbox_bench
+
+    table = Table(title="sandbox only", title_justify="left")
+    results = []
+    for count in clients:
+        err.print(f"[bold]sandbox alone, {count:,} clients[/] ...")
+        results.append(run_sandbox_bench(count))
+    keys = list(dict.fromkeys(k for r in results for k in r))
+    table.add_column("figure")
+    for count in clients:
+        table.add_column(f"{count:,} clients", justify="right")
+    for key in keys:
+        table.add_row(key, *(str(r.get(key, "")) for r in results))
     out.print(table)
     return 0
 

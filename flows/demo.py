@@ -53,8 +53,9 @@ def run_demo(clients: int = 300) -> int:
             MEMBERSYNC_DATA_DIR=str(data_dir.root),
         )
         out.print("starting Prefect's ephemeral server (takes a few seconds) ...")
+        nightly.prepare_prefect_env()
         bar = RichProgress(err)
-        nightly._progress_factory = lambda: bar
+        nightly.progress_factory = lambda: bar
         try:
             result = asyncio.run(nightly.nightly_sync(night=night, full=True))
         except Exception as exc:
@@ -62,7 +63,7 @@ def run_demo(clients: int = 300) -> int:
             err.print(f"[bold red]error:[/] the demo night failed: {nightly.unwrap(exc)}")
             return 1
         finally:
-            nightly._progress_factory = None
+            nightly.progress_factory = None
     summary = nightly.summary_from_flow_result(result)
     print_summary(summary, out)
     show_landing(data_dir, night)

@@ -3,9 +3,10 @@
 Two ways to run the same steps:
 
 * :func:`run_night` — a plain function (no Prefect), for tests, the benchmark and embedding.
-* :func:`nightly_sync` — the Prefect 3 flow: one task for configuration, one for discovery,
-  one task **per batch** of clients (a few hundred clients each, so 100,000 clients are a few
-  hundred task runs), one for the commit and one for the warehouse build.
+* ``nightly_sync`` — the Prefect 3 flow (in :mod:`membersync.flows.prefect_flow`, also reachable
+  here): one task for configuration, one for discovery, one task **per batch** of clients (a
+  few hundred clients each, so 100,000 clients are a few hundred task runs), one for the
+  commit and one for the warehouse build.
 
 Both drive a :class:`NightRun` through :func:`drive`. The run holds the one
 :class:`~membersync.extract.client.ServiceClient` of the night (one connection pool, one
@@ -32,7 +33,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -408,13 +408,9 @@ class NightRun:
             self.summary.build = "skipped (disabled)"
             return
         self.progress.phase("warehouse build")
-        try:
-            from membersync.warehouse.build import build_warehouse
-            from membersync.warehouse.export import export_reports
-        except ImportError as exc:  # the warehouse is another engineer's part; say so plainly
-            self.summary.build = f"skipped (warehouse build unavailable: {exc})"
-            log.warning("night %s: %s", self.night_date, self.summary.build)
-            return
+        from membersync.warehouse.build import build_warehouse
+        from membersync.warehouse.export import export_reports
+
         await asyncio.to_thread(build_warehouse, self.data_dir)
         paths = await asyncio.to_thread(export_reports, self.data_dir, self.night_date, None)
         self.summary.reports = [str(p) for p in paths]
@@ -430,6 +426,10 @@ class NightRun:
             self.summary.status_429 = int(stats.status_429)
             self.summary.errors = int(stats.errors)
             self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
+
+
+class BuildFailed(RuntimeError):
+    """The night is committed (its data is safe), but the warehouse build or export failed."""
 
 
 class Steps(Protocol):
@@ -494,7 +494,9 @@ async def drive(run: NightRun, steps: Steps) -> RunSummary:
         await steps.build()
     except Exception as exc:
         run.summary.build = f"failed: {_one_line(exc)}"
-        raise
+        raise BuildFailed(
+            f"night {run.night_date} is committed, but the warehouse build failed: {_one_line(exc)}"
+        ) from exc
     finally:
         run._collect_stats()
     return run.summary
@@ -551,107 +553,37 @@ def run_night(
     return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
 
 
-# --- Prefect ------------------------------------------------------------------------------------------
-# Defined at import time so that a deployment can import "membersync.flows.nightly:nightly_sync".
+# --- Prefect (in membersync.flows.prefect_flow, imported on first use) -------------------------------
+# Importing Prefect takes seconds; `membersync sync` checks settings and the lock before it pays
+# that. ``membersync.flows.nightly.nightly_sync`` (the contract's name) still works.
 
-from prefect import flow, task  # noqa: E402  (kept below the plain code on purpose)
-from prefect.cache_policies import NO_CACHE  # noqa: E402
+_PREFECT_NAMES = frozenset(
+    {"nightly_sync", "PrefectSteps", "SUMMARY_ARTIFACT_KEY", "config_task", "discovery_task", "batch_task"}
+)
+# Set by the CLI and the demo before they call the flow (a progress bar is not a flow parameter).
+progress_factory: Any = None
 
-# Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
-# holds the credentials) without either becoming a task parameter.
-_RUNS: dict[str, NightRun] = {}
-# Set by the CLI before it calls the flow (a progress bar is not a flow parameter either).
-_progress_factory: Any = None
-
-_TASK_OPTIONS: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False, "retries": 0}
-
-
-@task(name="configuration", **_TASK_OPTIONS)
-async def config_task(run_key: str) -> int:
-    """Configuration lists; returns the rows landed."""
-    return await _RUNS[run_key].land_config()
+# Prefect defaults for a batch job on a busy machine, unless the user set them: the ephemeral
+# server gets longer to start (its default, 20 s, is not enough on a loaded 2-core machine) and
+# sends no telemetry (a sync talks to the service and nothing else).
+PREFECT_ENV_DEFAULTS = {
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+}
 
 
-@task(name="discovery", **_TASK_OPTIONS)
-async def discovery_task(run_key: str) -> list[str]:
-    """Client discovery; returns the ids of the batches still to write."""
-    return await _RUNS[run_key].discover()
+def prepare_prefect_env() -> None:
+    """Apply :data:`PREFECT_ENV_DEFAULTS` to the environment; call before importing Prefect."""
+    for key, value in PREFECT_ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
 
 
-@task(name="batch", task_run_name="batch-{batch_id}", **_TASK_OPTIONS)
-async def batch_task(run_key: str, batch_id: str) -> int:
-    """One batch of clients: fetch (async), type, write; returns its client count."""
-    return await _RUNS[run_key].land_batch(batch_id)
+def __getattr__(name: str) -> Any:
+    if name in _PREFECT_NAMES:
+        from membersync.flows import prefect_flow
 
-
-@task(name="commit", **_TASK_OPTIONS)
-async def commit_task(run_key: str) -> None:
-    await _RUNS[run_key].commit()
-
-
-@task(name="warehouse-build", **_TASK_OPTIONS)
-async def build_task(run_key: str) -> None:
-    await _RUNS[run_key].build()
-
-
-class PrefectSteps:
-    """Each step as a Prefect task run, all on the flow's event loop (so one client serves all)."""
-
-    def __init__(self, run_key: str) -> None:
-        self.key = run_key
-
-    async def config(self) -> None:
-        await config_task(self.key)
-
-    async def discover(self) -> list[str]:
-        return await discovery_task(self.key)
-
-    async def batch(self, batch_id: str) -> None:
-        await batch_task(self.key, batch_id)
-
-    async def commit(self) -> None:
-        await commit_task(self.key)
-
-    async def build(self) -> None:
-        await build_task(self.key)
-
-
-SUMMARY_ARTIFACT_KEY = "membersync-night-summary"
-
-
-@flow(name="membersync-nightly", persist_result=False, log_prints=False)
-async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
-    """One night of sync (Prefect flow). Settings come from the environment, never parameters.
-
-    ``night`` defaults to today's date (this machine's local date); ``full`` lists every
-    client and fetches whole histories. Returns the run summary (counts only).
-    """
-    from prefect.artifacts import acreate_table_artifact
-
-    settings = ServiceSettings.from_env()
-    data_dir = DataDir.from_env()
-    options = SyncOptions.from_env()
-    progress = _progress_factory() if _progress_factory is not None else None
-    run = NightRun(
-        settings, data_dir, night or dt.date.today(), full=full, options=options, progress=progress
-    )
-    key = uuid.uuid4().hex
-    _RUNS[key] = run
-    try:
-        with holding_lock(data_dir) as zone:
-            run.zone = zone
-            try:
-                summary = await drive(run, PrefectSteps(key))
-            except BaseExceptionGroup as group:
-                raise unwrap(group) from None
-    finally:
-        del _RUNS[key]
-        await acreate_table_artifact(
-            key=SUMMARY_ARTIFACT_KEY,
-            table=run.summary.table_rows(),
-            description=f"membersync night {run.summary.night} ({run.summary.status})",
-        )
-    return summary.as_dict()
+        return getattr(prefect_flow, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def summary_from_flow_result(result: Mapping[str, Any]) -> RunSummary:

@@ -118,7 +118,10 @@ def prefect_server(log_dir: Path) -> Iterator[str]:
 
 def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int | None = None) -> int:
     """Serve ``membersync-nightly/nightly`` until interrupted. Bad input raises SettingsError."""
+    from membersync.flows.nightly import prepare_prefect_env
+
     ServiceSettings.from_env()  # a missing setting is reported now, not at 02:00
+    prepare_prefect_env()
     data_dir = DataDir.from_env()
     check_schedule(cron, timezone, interval)
     try:
@@ -128,7 +131,7 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
 
     with prefect_server(data_dir.logs) as api_url:
         os.environ["PREFECT_API_URL"] = api_url  # the runner's flow-run subprocesses inherit it
-        from membersync.flows.nightly import nightly_sync
+        from membersync.flows.prefect_flow import nightly_sync
         from prefect.schedules import Cron, Interval
         from prefect.settings import PREFECT_API_URL, temporary_settings
         from prefect.types.entrypoint import EntrypointType

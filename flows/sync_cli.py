@@ -86,14 +86,15 @@ def _run(
     if not use_prefect:
         return nightly.run_night(settings, data_dir, night, full=full, options=options, progress=bar)
     bar.phase("starting Prefect")
+    nightly.prepare_prefect_env()
     if isinstance(bar, RichProgress):
         # One line per task run would scroll the bar away; the flow's own lines stay.
         logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
-    nightly._progress_factory = lambda: bar
+    nightly.progress_factory = lambda: bar
     try:
         result: dict[str, Any] = asyncio.run(nightly.nightly_sync(night=night, full=full))
     finally:
-        nightly._progress_factory = None
+        nightly.progress_factory = None
     return nightly.summary_from_flow_result(result)
 
 

@@ -1,0 +1,116 @@
+"""The Prefect 3 flow around :mod:`membersync.flows.nightly`: one task per step, one per batch.
+
+All tasks are ``async`` and awaited on the flow's own event loop, so the night's one
+``ServiceClient`` (one connection pool, one rate limiter) serves every batch. Tasks receive a
+run key and a batch id, and find their :class:`~membersync.flows.nightly.NightRun` in the
+module-level run registry; no credential, client or data is ever a task parameter or result,
+every task uses ``NO_CACHE`` and persists nothing. Settings come from the environment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from membersync.extract.settings import ServiceSettings
+from membersync.flows import nightly
+from membersync.flows.nightly import NightRun, SyncOptions, drive, holding_lock, unwrap
+from membersync.warehouse.paths import DataDir
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+# Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
+# holds the credentials) without either becoming a task parameter.
+_RUNS: dict[str, NightRun] = {}
+
+_TASK_OPTIONS: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False, "retries": 0}
+
+
+@task(name="configuration", **_TASK_OPTIONS)
+async def config_task(run_key: str) -> int:
+    """Configuration lists; returns the rows landed."""
+    return await _RUNS[run_key].land_config()
+
+
+@task(name="discovery", **_TASK_OPTIONS)
+async def discovery_task(run_key: str) -> list[str]:
+    """Client discovery; returns the ids of the batches still to write."""
+    return await _RUNS[run_key].discover()
+
+
+@task(name="batch", task_run_name="batch-{batch_id}", **_TASK_OPTIONS)
+async def batch_task(run_key: str, batch_id: str) -> int:
+    """One batch of clients: fetch (async), type, write; returns its client count."""
+    return await _RUNS[run_key].land_batch(batch_id)
+
+
+@task(name="commit", **_TASK_OPTIONS)
+async def commit_task(run_key: str) -> None:
+    await _RUNS[run_key].commit()
+
+
+@task(name="warehouse-build", **_TASK_OPTIONS)
+async def build_task(run_key: str) -> None:
+    await _RUNS[run_key].build()
+
+
+class PrefectSteps:
+    """Each step as a Prefect task run, all on the flow's event loop (so one client serves all)."""
+
+    def __init__(self, run_key: str) -> None:
+        self.key = run_key
+
+    async def config(self) -> None:
+        await config_task(self.key)
+
+    async def discover(self) -> list[str]:
+        return await discovery_task(self.key)
+
+    async def batch(self, batch_id: str) -> None:
+        await batch_task(self.key, batch_id)
+
+    async def commit(self) -> None:
+        await commit_task(self.key)
+
+    async def build(self) -> None:
+        await build_task(self.key)
+
+
+SUMMARY_ARTIFACT_KEY = "membersync-night-summary"
+
+
+@flow(name="membersync-nightly", persist_result=False, log_prints=False)
+async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
+    """One night of sync (Prefect flow). Settings come from the environment, never parameters.
+
+    ``night`` defaults to today's date (this machine's local date); ``full`` lists every
+    client and fetches whole histories. Returns the run summary (counts only).
+    """
+    from prefect.artifacts import acreate_table_artifact
+
+    settings = ServiceSettings.from_env()
+    data_dir = DataDir.from_env()
+    options = SyncOptions.from_env()
+    factory = nightly.progress_factory
+    progress = factory() if factory is not None else None
+    run = NightRun(
+        settings, data_dir, night or dt.date.today(), full=full, options=options, progress=progress
+    )
+    key = uuid.uuid4().hex
+    _RUNS[key] = run
+    try:
+        with holding_lock(data_dir) as zone:
+            run.zone = zone
+            try:
+                summary = await drive(run, PrefectSteps(key))
+            except BaseExceptionGroup as group:
+                raise unwrap(group) from None
+    finally:
+        del _RUNS[key]
+        await acreate_table_artifact(
+            key=SUMMARY_ARTIFACT_KEY,
+            table=run.summary.table_rows(),
+            description=f"membersync night {run.summary.night} ({run.summary.status})",
+        )
+    return summary.as_dict()
