@@ -464,12 +464,12 @@ def test_stalling_server_every_request_ends_within_its_timeout(
     started = time.monotonic()
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(60)
+    thread.join(30)
     elapsed = time.monotonic() - started
     hung = thread.is_alive()
     server.close()
     thread.join(30)
-    assert not hung, f"{mode}: the night was still running after 60 s (no overall deadline per request)"
+    assert not hung, f"{mode}: the night was still running after 30 s (no overall deadline per request)"
     error = box.get("error")
     assert isinstance(error, ServiceError), box
     text = str(error)
