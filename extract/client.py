@@ -484,13 +484,12 @@ class ServiceClient:
             by_status[status] = by_status.get(status, 0) + 1
             stats.bytes += len(data)
             stats.latency_sum += now - started
-            self.rate.on_answer(now)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%s %s -> %d in %.1f ms", ep.method, ep.name, status, 1000 * (now - started))
             if status >= 300 or status < 200:
                 raise self._status_error(prep, response, started, now, body)
             result = self._unwrap(prep, data, status)
-            self.rate.on_success()
+            self.rate.on_success(now)
             success = True
             return result
         finally:

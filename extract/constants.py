@@ -39,8 +39,11 @@ CONCURRENCY_DECREASE = 0.75  # multiplicative decrease of the concurrency limit 
 # adds RATE_INCREASE req/s, i.e. the rate grows by ~2 % per second whatever its size.
 RATE_DECREASE = 0.8
 RATE_INCREASE = 0.02  # req/s added per successful request
+RATE_ACCELERATION_SECONDS = 10.0  # without a 429 for this long, the increase doubles (x3 at 2x...)
 MIN_RATE = 1.0  # req/s; never slower than this
-RATE_BURST_SECONDS = 0.05  # client-side token bucket holds this many seconds of tokens (>= 1)
+# Client-side pacing lets a request leave this many intervals early (a burst of 2): enough to
+# absorb timer jitter, small enough for a server whose own bucket holds only a few tokens.
+RATE_BURST = 1.0
 THROUGHPUT_WINDOW = 0.5  # seconds over which the observed throughput is measured
 
 # -- paging ------------------------------------------------------------------------------

@@ -51,45 +51,53 @@ class RateLimiter:
         self.rate: float | None = cap  # None = unlimited
         self._tat = 0.0  # theoretical arrival time of the next request (GCRA)
         self.cooldown_until = 0.0
-        self._last_decrease = float("-inf")
+        self._last_decrease = 0.0
         self.decreases = 0
-        # throughput (answers per second) over the last full window
-        self._window_start = clock()
+        # Successes per second while we were allowed to send: a window starts at the first
+        # answer and again when a cool-down ends (paused time would make the estimate useless).
+        self._window_start: float | None = None
         self._window_count = 0
-        self.throughput = 0.0
+        self.throughput = 0.0  # over the last full window
 
     # -- before a request ------------------------------------------------------------------
 
     async def wait_turn(self) -> None:
         """Wait for the cool-down to end and for this request's slot at the current rate."""
-        clock = self._clock
-        while (pause := self.cooldown_until - clock()) > 0:
-            await self._sleep(pause)
-        rate = self.rate
-        if rate is None:
-            return
-        now = clock()
-        interval = 1.0 / rate
-        tolerance = max(rate * constants.RATE_BURST_SECONDS - 1.0, 0.0) * interval
-        tat = self._tat if self._tat > now else now
-        self._tat = tat + interval
-        go = tat - tolerance
-        if go > now:
-            await self._sleep(go - now)
-            while (pause := self.cooldown_until - clock()) > 0:  # set while we were paced
-                await self._sleep(pause)
+        clock, sleep = self._clock, self._sleep
+        while True:
+            pause = self.cooldown_until - clock()
+            if pause > 0:
+                await sleep(pause)
+                continue
+            rate = self.rate
+            if rate is None:
+                return
+            now = clock()
+            interval = 1.0 / rate
+            tat = self._tat if self._tat > now else now
+            self._tat = tat + interval
+            go = tat - constants.RATE_BURST * interval  # a slot may be taken this early
+            if go <= now:
+                return
+            await sleep(go - now)
+            if self.cooldown_until <= clock():
+                return
+            # a cool-down began while we waited for our slot: take a new one after it, so that
+            # the requests held back do not all leave together when it ends
 
     # -- after an answer -------------------------------------------------------------------
 
-    def on_answer(self, now: float) -> None:
-        """Count an HTTP answer (any status) for the throughput estimate."""
-        self._window_count += 1
-        elapsed = now - self._window_start
-        if elapsed >= constants.THROUGHPUT_WINDOW:
-            self.throughput = self._window_count / elapsed
-            self._window_start, self._window_count = now, 0
-
-    def on_success(self) -> None:
+    def on_success(self, now: float) -> None:
+        """A successful answer at ``now``: counts for the throughput, and grows the rate."""
+        start = self._window_start
+        if start is None:
+            self._window_start, self._window_count = now, 1
+        elif now >= start:  # answers to requests sent before a cool-down began are not counted
+            self._window_count += 1
+            elapsed = now - start
+            if elapsed >= constants.THROUGHPUT_WINDOW:
+                self.throughput = self._window_count / elapsed
+                self._window_start, self._window_count = now, 0
         rate = self.rate
         if rate is None or not self.adaptive:
             return
@@ -97,20 +105,26 @@ class RateLimiter:
         # (because concurrency or the caller is the bottleneck) would make the next cut useless.
         if self.throughput and rate > 1.25 * self.throughput + 1.0:
             return
-        rate += constants.RATE_INCREASE
+        # The longer since the last 429, the faster we probe (the limit may have been far above
+        # a cut that was too deep): +2 %/s at first, +4 %/s after 10 s, +8 %/s after 30 s, ...
+        calm = now - self._last_decrease if self._last_decrease > 0 else 0.0
+        rate += constants.RATE_INCREASE * (1.0 + calm / constants.RATE_ACCELERATION_SECONDS)
         self.rate = rate if self.cap is None or rate < self.cap else self.cap
 
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
+        observed = self._observed(now)
         if retry_after:
             until = now + retry_after
             if until > self.cooldown_until:
                 self.cooldown_until = until
+                self._tat = max(self._tat, until)
+                self._window_start, self._window_count = until, 0  # measure again after the pause
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
         self._last_decrease = now
-        current = self.rate if self.rate is not None else self._observed(now)
+        current = self.rate if self.rate is not None else observed
         if current is None:  # refused before we saw any throughput: the cool-down must do
             return False
         new = max(constants.MIN_RATE, current * constants.RATE_DECREASE)
@@ -119,10 +133,11 @@ class RateLimiter:
         return True
 
     def _observed(self, now: float) -> float | None:
-        elapsed = now - self._window_start
-        partial = self._window_count / elapsed if elapsed > 0.1 else 0.0
-        observed = max(self.throughput, partial)
-        return observed if observed > 0 else None
+        """Successes per second just before now (the running window when it has enough)."""
+        start, count = self._window_start, self._window_count
+        if start is not None and count >= 2 and now > start:
+            return count / max(now - start, 0.02)
+        return self.throughput or None
 
 
 class AdaptiveConcurrency:

@@ -232,7 +232,7 @@ class World:
         self.cheap, self.dear = eft[0]["membershipTypeId"], eft[-1]["membershipTypeId"]
         noneft = [t for t in await client.noneft_memberships() if t.get("storecode") in (None, self.store)]
         self.noneft = noneft[0]["membershipTypeId"]
-        self.draw_day = (await client.eft_draw_days())[0]["day"]
+        self.draw_day = int((await client.eft_draw_days())[0]["day"])
         self.deduct = (await client.eft_deduct_types())[0]["code"]
         self.doc = (await client.webdocs())[0]["docId"]
         self.questions = await client.profile_questions()

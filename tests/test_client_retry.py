@@ -507,27 +507,31 @@ def test_rate_limiter_paces_at_its_rate() -> None:
             await limiter.wait_turn()
 
     run(go())
-    # 100 req/s: a burst of 5 (0.05 s worth), then one every 10 ms
-    assert t.now - 1000.0 == pytest.approx(0.15)
+    # 100 req/s: two at once (a slot may be taken one interval early), then one every 10 ms
+    assert t.now - 1000.0 == pytest.approx(0.18)
+    assert t.sleeps == [pytest.approx(0.01)] * 18
 
 
 def test_rate_is_cut_once_per_429_episode_and_grows_back_on_success() -> None:
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     assert limiter.rate is None  # unlimited until the server objects
-    for _ in range(100):  # 100 answers in 0.5 s: 200 req/s observed
+    for _ in range(101):  # 100 answers in 0.5 s: 200 req/s observed
+        limiter.on_success(t.now)
         t.now += 0.005
-        limiter.on_answer(t.now)
     assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0)
     assert limiter.rate == pytest.approx(200 * constants.RATE_DECREASE, rel=0.05)
     first = limiter.rate
+    assert first is not None
     # the other requests in flight at that moment get their 429 too: no further cut
     assert not limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
     assert limiter.rate == first
     assert limiter.cooldown_until == pytest.approx(t.now + 1.0)
+    t.now += 1.0  # the cool-down is over
     for _ in range(100):
-        limiter.on_success()
-    assert limiter.rate == pytest.approx(first + 100 * constants.RATE_INCREASE)
+        limiter.on_success(t.now)
+    # +RATE_INCREASE per success, a tenth more 1 s after the cut (the probe accelerates)
+    assert limiter.rate == pytest.approx(first + 100 * constants.RATE_INCREASE * 1.1)
     t.now += 2.0  # a new episode
     assert limiter.on_rate_limited(started=t.now, retry_after=None)
     assert limiter.rate < first
@@ -535,8 +539,8 @@ def test_rate_is_cut_once_per_429_episode_and_grows_back_on_success() -> None:
 
 def test_explicit_rate_cap_is_never_exceeded() -> None:
     limiter = RateLimiter(cap=50.0)
-    for _ in range(10_000):
-        limiter.on_success()
+    for i in range(10_000):
+        limiter.on_success(i / 1000)
     assert limiter.rate == 50.0
 
 
