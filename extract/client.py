@@ -412,10 +412,9 @@ class ServiceClient:
 
     async def _post(self, ep: Endpoint, body: Mapping[str, Any]) -> Any:
         prep = self._prepared[ep.name]
-        if prep.body_renames:
-            body = self.profile.to_wire(ep.name, dict(body))
-        content = orjson.dumps(body, default=_json_default)
-        return await self._call(prep, prep.url, content, body)
+        wire = self.profile.to_wire(ep.name, dict(body)) if prep.body_renames else body
+        content = orjson.dumps(wire, default=_json_default)
+        return await self._call(prep, prep.url, content, body)  # logical body: names its secrets
 
     # -- the request loop ------------------------------------------------------------------------
 

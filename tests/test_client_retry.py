@@ -808,3 +808,21 @@ def test_canary_password_never_appears_in_logs_or_errors(transport: str) -> None
     for text in texts:
         for form in forms:
             assert form not in text, (form, text)
+
+
+def test_from_settings_uses_the_settings_and_the_tenant_profile(tmp_path: Any) -> None:
+    from membersync.extract.settings import ServiceSettings
+
+    path = tmp_path / "tenant.toml"
+    path.write_text("[params]\nclientNumber = 'clientNo'\n")
+    env = {
+        "MEMBERSYNC_BASE_URL": "http://svc.test/",
+        "MEMBERSYNC_USERNAME": USER,
+        "MEMBERSYNC_PASSWORD": PASSWORD,
+        "MEMBERSYNC_PROFILE": str(path),
+    }
+    client = ServiceClient.from_settings(ServiceSettings.from_env(env))
+    assert client.base_url == "http://svc.test"
+    assert client.profile.param("clientNumber") == "clientNo"
+    assert PASSWORD not in repr(client) and PASSWORD not in repr(vars(client))
+    run(client.aclose())
