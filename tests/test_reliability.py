@@ -12,19 +12,24 @@ Each scenario calls :func:`reliability.record` with its measured figures; with
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import json
 import os
 import random
 import socket
+import stat
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import duckdb
+import pyarrow.parquet as pq
 import pytest
 import truth
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
@@ -479,3 +484,211 @@ def test_stalling_server_every_request_ends_within_its_timeout(
     assert published_digest(ws.data_dir) == before
     truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
     record(f"7 server {mode}s", f"night failed in {elapsed:.1f} s (timeout 1 s, 1 retry): '{text[:90]}'")
+
+
+# --- 9. wire drift ------------------------------------------------------------------------------------
+
+
+def test_wire_drift_reports_stay_exact(sandboxes: Callable[..., RunningSandbox], tmp_root: Path) -> None:
+    sandbox = sandboxes(clients=80, seed=9, drift=True)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR)
+    outcome = ws.sync()
+    assert_ok(outcome)
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    assert_clean(ws)
+    quarantined = outcome.summary_value("rows: quarantined")
+    assert quarantined == "0", outcome.stdout
+    record(
+        "9 wire drift",
+        f"numbers as strings, re-cased statuses, unannounced fields: exact, {quarantined} quarantined",
+    )
+
+
+# --- 10. disk full ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit_kb", [2, 700])
+def test_disk_full_fails_clearly_and_keeps_previous_night(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path, limit_kb: int
+) -> None:
+    """RLIMIT_FSIZE in the sync process: 2 KB breaks the landing, 700 KB the warehouse build."""
+    sandbox = sandboxes(clients=60, seed=10)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR)
+    assert_ok(ws.sync())
+    truth1 = truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    touch_sandbox(sandbox, 8, salt=10)
+    night2 = ANCHOR + dt.timedelta(days=1)
+    before = published_digest(ws.data_dir)
+    full = ws.sync(ws.argv(night2), rlimit_fsize=limit_kb * 1024)
+    assert full.status == 1, full.describe()
+    line = one_line_error(full)
+    assert any(w in line.lower() for w in ("too large", "no space", "disk", "efbig", "write")), line
+    # the previous night stays published: the warehouse and CSVs readers use are untouched
+    after = published_digest(ws.data_dir)
+    kept = {p: h for p, h in before.items() if p.startswith(("warehouse.duckdb", "reports/"))}
+    assert {p: after.get(p) for p in kept} == kept
+    problems = truth.report_differences(truth.warehouse_reports(ws.data_dir, ANCHOR), truth1)
+    problems += truth.csv_differences(ws.data_dir, ANCHOR, truth1)
+    assert problems == [], problems
+    health = inspect(ws.data_dir)
+    assert health.unreadable == [] and health.missing == [] and health.state_problems == [], health
+    committed = night2 in health.nights
+    rerun = ws.sync(ws.argv(night2))
+    assert_ok(rerun)
+    truth.assert_night_exact(sandbox, ws.data_dir, night2)
+    assert_clean(ws)
+    record(
+        f"10 disk full ({limit_kb} KB file limit)",
+        f"exit 1 '{line[:160]}'; previous night still published and exact "
+        f"(new night {'committed, build failed' if committed else 'not committed'}); "
+        "rerun after lifting: exact",
+    )
+
+
+# --- 11. secrets ---------------------------------------------------------------------------------------
+
+USERNAME = "canary-user-5Hq"
+PASSWORD = "Cn4ry+P@ss/wörd 77!"
+
+
+def _plant_canaries(service: Any) -> dict[str, str]:
+    """Canary values in every secret field the service holds; returns name -> value."""
+    planted: dict[str, str] = {}
+    for i, cred in enumerate(service.credentials):
+        cred.username = planted[f"cred{i}.username"] = f"CANARYCREDUSER{i:03d}"
+        cred.password = planted[f"cred{i}.password"] = f"CANARYCREDPASS{i:03d}"
+        cred.api_key = planted[f"cred{i}.apiKey"] = f"CANARYAPIKEY{i:03d}"
+    for i, account in enumerate(service.billing_accounts.values()):
+        if account.type == "CARD":
+            account.token_id = planted[f"ba{i}.tokenId"] = f"CANARYTOKEN{i:04d}"
+            account.vault_token = planted[f"ba{i}.vaultToken"] = f"CANARYVAULT{i:04d}"
+        else:
+            account.account_no = planted[f"ba{i}.accountNo"] = f"7319{i:06d}5517"
+            account.routing_no = planted[f"ba{i}.routingNo"] = f"93{i:04d}571"
+    return planted
+
+
+def _needles(planted: dict[str, str]) -> dict[str, bytes]:
+    needles = {name: value.encode() for name, value in planted.items()}
+    needles["password"] = PASSWORD.encode()
+    needles["username"] = USERNAME.encode()
+    needles["base64(user:password)"] = base64.b64encode(f"{USERNAME}:{PASSWORD}".encode())
+    needles["base64(password)"] = base64.b64encode(PASSWORD.encode()).rstrip(b"=")
+    needles["urlencoded(password)"] = quote(PASSWORD, safe="").encode()
+    needles["urlencoded+(password)"] = quote(PASSWORD, safe="").replace("%20", "+").encode()
+    return needles
+
+
+def _texts_of(path: Path) -> list[bytes]:
+    """What a file says: raw bytes, plus decoded cells for Parquet and DuckDB (compressed on disk)."""
+    out = [path.read_bytes()]
+    if path.suffix == ".parquet":
+        out.append(json.dumps(pq.read_table(path).to_pylist(), default=str).encode())
+    elif path.name.endswith(".duckdb"):
+        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
+            tables = con.execute(
+                "SELECT table_catalog, table_schema, table_name FROM information_schema.tables"
+            ).fetchall()
+            for catalog, schema, name in tables:
+                rows = con.execute(f'SELECT * FROM "{catalog}"."{schema}"."{name}"').fetchall()
+                out.append(repr(rows).encode())
+    elif path.suffix == ".db":
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
+            out.append("\n".join(con.iterdump()).encode())
+    return out
+
+
+@pytest.mark.slow
+def test_secrets_never_written_anywhere(sandboxes: Callable[..., RunningSandbox], tmp_root: Path) -> None:
+    sandbox = sandboxes(clients=60, seed=11, fault_rate=0.05, username=USERNAME, password=PASSWORD)
+    planted = sandbox.call(_plant_canaries)
+    assert len(planted) > 20
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR, username=USERNAME, password=PASSWORD)
+    debug_log = tmp_root / "out" / "debug.log"
+    assert_ok(ws.sync(log_file=debug_log))
+    assert debug_log.stat().st_size > 10_000, "DEBUG logging did not reach the log file"
+    prefect_env = ws.env(
+        MEMBERSYNC_PREFECT="on",
+        PREFECT_LOGGING_LEVEL="DEBUG",
+        PREFECT_LOGGING_ROOT_LEVEL="DEBUG",
+        PREFECT_LOGGING_EXTRA_LOGGERS="membersync,httpx,httpcore,aiohttp",
+    )
+    with_prefect = ws.sync(how="exec", env=prefect_env, timeout=600)
+    assert_ok(with_prefect)
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    needles = _needles(planted)
+    hits, scanned = [], 0
+    for path in sorted(p for p in tmp_root.rglob("*") if p.is_file()):
+        scanned += 1
+        for text in _texts_of(path):
+            hits += [f"{path.relative_to(tmp_root)}: {name}" for name, n in needles.items() if n in text]
+    assert sandbox.stats.faults_injected > 0
+    assert list(ws.prefect_home.rglob("*.db")), "Prefect's database was not where expected"
+    assert sorted(set(hits)) == [], sorted(set(hits))[:20]
+    record(
+        "11 secrets",
+        f"{len(needles)} canaries (every secret field, password plain / base64(user:password) / "
+        f"URL-encoded), DEBUG logs, {sandbox.stats.faults_injected} faults, with and without Prefect: "
+        f"0 hits in {scanned} files (Parquet and DuckDB decoded, CSVs, logs, PREFECT_HOME)",
+    )
+
+
+# --- 12. file permissions ------------------------------------------------------------------------------
+
+
+def test_everything_under_the_data_dir_is_owner_only(committed: tuple[RunningSandbox, Workspace]) -> None:
+    _, ws = committed
+    loose = []
+    checked = 0
+    for path in [ws.data_dir.root, *ws.data_dir.root.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        checked += 1
+        if mode & 0o077:
+            loose.append(f"{oct(mode)} {path.relative_to(ws.data_dir.root)}")
+    assert loose == [], loose
+    record("12 file permissions", f"{checked} files and folders under the data dir: all owner-only (0 loose)")
+
+
+# --- 13. bad configuration -----------------------------------------------------------------------------
+
+
+def test_bad_configuration_one_line_exit_2_nothing_written(
+    committed: tuple[RunningSandbox, Workspace], tmp_root: Path
+) -> None:
+    _, ws = committed
+    bad_profile = tmp_root / "tenant.toml"
+    bad_profile.write_text("[paging\npage = ")
+    blocker = tmp_root / "a-file"
+    blocker.write_text("not a folder")
+    nowhere = str(tmp_root / "never-created")
+    cases = {
+        "malformed tenant profile": (
+            ws.argv(),
+            {"MEMBERSYNC_PROFILE": str(bad_profile), "MEMBERSYNC_DATA_DIR": nowhere},
+        ),
+        "bad date": (["sync", "--date", "2026-02-30", "--no-progress"], {"MEMBERSYNC_DATA_DIR": nowhere}),
+        "data dir not writable": (ws.argv(), {"MEMBERSYNC_DATA_DIR": str(blocker / "data")}),
+        "missing password": (ws.argv(), {"MEMBERSYNC_PASSWORD": "", "MEMBERSYNC_DATA_DIR": nowhere}),
+        "unknown report name": (["reports", "--report", "no_such_report"], {}),
+    }
+    before = published_digest(ws.data_dir)
+    lines = {}
+    for label, (argv, overrides) in cases.items():
+        outcome = ws.sync(argv, how="exec", env=ws.env(**overrides), timeout=120)
+        assert outcome.status == 2, f"{label}: {outcome.describe()}"
+        lines[label] = one_line_error(outcome)
+        assert not Path(nowhere).exists(), f"{label}: wrote {nowhere}"
+    assert "no_such_report" in lines["unknown report name"]
+    assert "2026-02-30" in lines["bad date"]
+    assert (
+        "tenant.toml" in lines["malformed tenant profile"]
+        or "profile" in lines["malformed tenant profile"].lower()
+    )
+    assert published_digest(ws.data_dir) == before
+    record(
+        "13 bad configuration",
+        f"{len(cases)}/{len(cases)} cases exit 2 with one line, nothing written: "
+        + "; ".join(f"{k}: '{v.removeprefix('error: ')[:70]}'" for k, v in lines.items()),
+    )
