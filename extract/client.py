@@ -21,7 +21,7 @@ errors of :mod:`membersync.extract.errors` and are retried as
 Credentials travel only in ``auth=httpx.BasicAuth``: never in a URL, a log line or an
 error. The HTTP stack's loggers get a redacting filter (:mod:`membersync.extract.redact`).
 
-The default transport is ``httpx_aiohttp.AiohttpTransport``: it costs about a quarter of
+The default transport is ``httpx_aiohttp.AiohttpTransport``: it costs about a third of
 httpx's own transport's CPU per request (measured with
 ``python -m membersync.extract.transport_bench``; figures in that module's docstring).
 Pass ``transport=`` to use another (``httpx.MockTransport`` in unit tests), or set

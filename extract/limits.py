@@ -8,7 +8,8 @@ so we find it, and stay just under it:
   "theoretical arrival time", no background task) at ``rate`` req/s. The rate is adapted
   AIMD-style: unlimited (or the explicit cap) until the first 429, then cut to
   ``RATE_DECREASE`` x the throughput just seen, once per 429 episode; each success adds
-  ``RATE_INCREASE`` req/s (about +2 %/s), but only while the rate is what holds us back.
+  ``RATE_INCREASE`` req/s (about +2 %/s, faster the longer no 429 came), but only while the
+  rate is what holds us back.
   A ``Retry-After`` pauses **every** request (a shared cool-down), not just the one that
   was refused: the server said it is out of tokens for everyone.
 - :class:`AdaptiveConcurrency` bounds the requests in flight; it shrinks on a 429 and
