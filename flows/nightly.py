@@ -560,6 +560,9 @@ def run_night(
 _PREFECT_NAMES = frozenset(
     {"nightly_sync", "PrefectSteps", "SUMMARY_ARTIFACT_KEY", "config_task", "discovery_task", "batch_task"}
 )
+# Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
+# holds the credentials) without either becoming a task parameter.
+RUNS: dict[str, NightRun] = {}
 # Set by the CLI and the demo before they call the flow (a progress bar is not a flow parameter).
 progress_factory: Any = None
 

@@ -5,6 +5,10 @@ All tasks are ``async`` and awaited on the flow's own event loop, so the night's
 run key and a batch id, and find their :class:`~membersync.flows.nightly.NightRun` in the
 module-level run registry; no credential, client or data is ever a task parameter or result,
 every task uses ``NO_CACHE`` and persists nothing. Settings come from the environment.
+
+The registry lives in :mod:`membersync.flows.nightly` and is always reached as ``nightly.RUNS``:
+when ``serve`` runs a flow, Prefect cloudpickles the flow's function *by value* into a fresh
+process, and a global of this module would be copied separately for the flow and each task.
 """
 
 from __future__ import annotations
@@ -20,39 +24,35 @@ from membersync.warehouse.paths import DataDir
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-# Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
-# holds the credentials) without either becoming a task parameter.
-_RUNS: dict[str, NightRun] = {}
-
 _TASK_OPTIONS: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False, "retries": 0}
 
 
 @task(name="configuration", **_TASK_OPTIONS)
 async def config_task(run_key: str) -> int:
     """Configuration lists; returns the rows landed."""
-    return await _RUNS[run_key].land_config()
+    return await nightly.RUNS[run_key].land_config()
 
 
 @task(name="discovery", **_TASK_OPTIONS)
 async def discovery_task(run_key: str) -> list[str]:
     """Client discovery; returns the ids of the batches still to write."""
-    return await _RUNS[run_key].discover()
+    return await nightly.RUNS[run_key].discover()
 
 
 @task(name="batch", task_run_name="batch-{batch_id}", **_TASK_OPTIONS)
 async def batch_task(run_key: str, batch_id: str) -> int:
     """One batch of clients: fetch (async), type, write; returns its client count."""
-    return await _RUNS[run_key].land_batch(batch_id)
+    return await nightly.RUNS[run_key].land_batch(batch_id)
 
 
 @task(name="commit", **_TASK_OPTIONS)
 async def commit_task(run_key: str) -> None:
-    await _RUNS[run_key].commit()
+    await nightly.RUNS[run_key].commit()
 
 
 @task(name="warehouse-build", **_TASK_OPTIONS)
 async def build_task(run_key: str) -> None:
-    await _RUNS[run_key].build()
+    await nightly.RUNS[run_key].build()
 
 
 class PrefectSteps:
@@ -98,7 +98,7 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
         settings, data_dir, night or dt.date.today(), full=full, options=options, progress=progress
     )
     key = uuid.uuid4().hex
-    _RUNS[key] = run
+    nightly.RUNS[key] = run
     try:
         with holding_lock(data_dir) as zone:
             run.zone = zone
@@ -107,7 +107,7 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
             except BaseExceptionGroup as group:
                 raise unwrap(group) from None
     finally:
-        del _RUNS[key]
+        del nightly.RUNS[key]
         await acreate_table_artifact(
             key=SUMMARY_ARTIFACT_KEY,
             table=run.summary.table_rows(),

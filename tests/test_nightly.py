@@ -1,0 +1,392 @@
+"""The nightly sync against the sandbox over loopback: real HTTP, real Parquet, real DuckDB.
+
+Ground truth is the sandbox's own in-memory state (``RunningSandbox.service``), read on the
+sandbox's loop thread (``.call``) so it is consistent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
+from membersync.extract.settings import ServiceSettings
+from membersync.flows import batches as B
+from membersync.flows.nightly import SyncOptions, run_night
+from membersync.models import tables as T
+from membersync.warehouse.landing import LandingZone
+from membersync.warehouse.manifest import read_manifest
+from membersync.warehouse.paths import DataDir
+from pydantic import SecretStr
+
+REPO = Path(__file__).resolve().parent.parent
+TODAY = dt.date.today()
+
+
+def settings_for(sandbox: Any) -> ServiceSettings:
+    config = sandbox.config if hasattr(sandbox, "config") else None
+    username = getattr(config, "username", "sandbox")
+    password = getattr(config, "password", "sandbox")
+    return ServiceSettings(sandbox.url, SecretStr(username), SecretStr(password))
+
+
+def sync_env(sandbox: Any, data_dir: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+    settings = settings_for(sandbox)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMBERSYNC_", "PREFECT_"))}
+    env.update(
+        MEMBERSYNC_BASE_URL=settings.base_url,
+        MEMBERSYNC_USERNAME=settings.username.get_secret_value(),
+        MEMBERSYNC_PASSWORD=settings.password.get_secret_value(),
+        MEMBERSYNC_DATA_DIR=str(data_dir),
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        COLUMNS="200",
+        **extra,
+    )
+    return env
+
+
+# --- ground truth ---------------------------------------------------------------------------------
+
+
+def truth_counts(service: Any) -> dict[str, int]:
+    """Rows each table must hold after a full night, from the sandbox's own state."""
+    service.materialize_all()
+    clients = list(service.clients.values())
+    shared_views = sum(len(v) for v in service.shares.values())
+    return {
+        "stores": len(service.stores),
+        "sellable_packages": len(service.package_types),
+        "eft_membership_types": len(service.eft_types),
+        "noneft_membership_types": len(service.noneft_types),
+        "eft_deduct_types": len(service.deduct_types),
+        "eft_draw_days": len(service.draw_days),
+        "skin_types": len(service.skin_type_codes),
+        "web_docs": len(service.webdoc_names),
+        "payment_types": sum(len(v) for v in service.store_payment_types.values()),
+        "employees": sum(e.active for v in service.store_employees.values() for e in v),  # active only
+        "products": sum(len(v) for v in service.store_products.values()),
+        "processor_credentials": len(service.credentials),
+        "profile_questions": len(service.questions),
+        "synced_clients": len(clients),
+        "clients": len(clients),
+        "comm_prefs": len(clients),
+        "ledger_balances": sum(len(c.ledger) for c in clients),
+        "points_balances": sum(len(c.points) for c in clients),
+        "memberships": len(service.memberships),
+        "client_packages": sum(len(c.packages) for c in clients) + shared_views,
+        "billing_accounts": len(service.billing_accounts),
+        "affiliated_package_clients": shared_views,
+        "points_transactions": sum(len(c.points_transactions) for c in clients),
+        "transactions": len(service.transactions),
+        "transaction_lines": sum(len(t.lines) for t in service.transactions.values()),
+        "transaction_payments": sum(len(t.payments) for t in service.transactions.values()),
+    }
+
+
+def published_rows(data_dir: DataDir, night: dt.date) -> dict[str, Any]:
+    """Every table of a committed night, read from the files its manifest names."""
+    manifest = read_manifest(data_dir.manifests, night)
+    assert manifest is not None, f"night {night} is not committed"
+    zone = LandingZone(data_dir)
+    return {name: zone.read(name, night) for name in manifest.tables}
+
+
+def assert_unique_keys(tables: dict[str, Any]) -> None:
+    for name, table in tables.items():
+        key = T.table(name).key
+        if table.num_rows == 0:
+            continue
+        grouped = table.group_by(list(key)).aggregate([([], "count_all")])
+        worst = pc.max(grouped["count_all"]).as_py()
+        assert worst == 1, f"{name}: duplicate key {key}"
+
+
+# --- a full night ---------------------------------------------------------------------------------
+
+
+def test_full_night_lands_every_table_with_the_sandboxs_counts(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=150, seed=7)
+    data_dir = DataDir(tmp_path / "data")
+    summary = run_night(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(batch_size=40))
+
+    assert summary.status == "committed" and summary.mode == "full"
+    assert summary.batches == 4 and summary.clients == 150
+    truth = sandbox.call(truth_counts)
+    manifest = read_manifest(data_dir.manifests, TODAY)
+    assert manifest is not None
+    landed = {name: files.rows for name, files in manifest.tables.items()}
+    assert landed == truth
+    assert manifest.quarantine.rows == 0
+    tables = published_rows(data_dir, TODAY)
+    assert {n: t.num_rows for n, t in tables.items()} == truth
+    assert_unique_keys(tables)
+    # the watermark is the server's newest lastModified, not this machine's clock
+    newest = sandbox.call(lambda s: max(c.last_modified for c in s.clients.values()))
+    assert summary.watermark == newest.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert summary.build.startswith("ok") and data_dir.warehouse_db.exists()
+    assert summary.requests >= 9 * 150 and summary.status_429 == 0
+
+
+def test_a_client_that_cannot_be_fetched_fails_the_batch_naming_it(fresh_sandbox: Callable[..., Any]) -> None:
+    import asyncio
+
+    from membersync.extract.client import ServiceClient
+    from membersync.models.coerce import TimezoneLookup
+
+    sandbox = fresh_sandbox(clients=5)
+    known = sandbox.call(lambda s: sorted(s.clients))[0]
+    batch = B.Batch("00000", ({"clientNumber": known}, {"clientNumber": "99999999"}))
+    window = B.Window.for_night(TODAY, None, full=True, lookback_days=7, points_start=dt.date(2000, 1, 1))
+
+    async def fetch() -> None:
+        async with ServiceClient.from_settings(settings_for(sandbox)) as client:
+            await B.fetch_batch(client, batch, window, frozenset(), TimezoneLookup())
+
+    with pytest.raises(B.BatchFailed) as caught:
+        asyncio.run(fetch())
+    text = str(caught.value)
+    assert "batch 00000" in text and "client 99999999" in text and "404" in text
+    assert f"client {known}" not in text
+
+
+# --- an incremental night -------------------------------------------------------------------------
+
+
+def change_some_clients(service: Any) -> list[str]:
+    """Writes through the service's own operations (each stamps lastModified)."""
+    service.materialize_all()
+    numbers = sorted(service.clients)
+    a, b, c = numbers[3], numbers[10], numbers[20]
+    service.update_demographics({"clientNumber": a, "lastName": "Changed-Tonight"})
+    store = service.clients[b].home_store
+    service.insert_points({"clientNumber": b, "storecode": store, "points": 25, "reason": "test"})
+    service.update_comm_prefs({"clientNumber": c, "sms": True})
+    return [a, b, c]
+
+
+def test_incremental_night_fetches_only_changed_clients_and_current_state_covers_everyone(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=120, seed=11)
+    settings = settings_for(sandbox)
+    data_dir = DataDir(tmp_path / "data")
+    options = SyncOptions(batch_size=50)
+    first = run_night(settings, data_dir, TODAY, options=options)
+    assert first.mode == "full"
+
+    changed = sandbox.call(change_some_clients)
+    overlap = options.watermark_overlap
+    since = B.parse_utc(B.modified_since(first.watermark, overlap))
+    expected = sandbox.call(lambda s: sorted(n for n, c in s.clients.items() if c.last_modified >= since))
+    assert set(changed) <= set(expected) and len(expected) < 120  # the overlap may add a few
+
+    night2 = TODAY + dt.timedelta(days=1)
+    second = run_night(settings, data_dir, night2, options=options)
+    assert second.mode == "incremental" and second.clients == len(expected)
+    synced = published_rows(data_dir, night2)["synced_clients"]
+    assert sorted(synced["client_number"].to_pylist()) == expected
+    # requests: configuration (8 + 5 per store) + one search page per store + nine reads per
+    # changed client + a share lookup per membership of a package owner among them
+    stores = sandbox.call(lambda s: len(s.stores))
+    n = len(expected)
+    assert 9 * n <= second.requests <= 8 + 5 * stores + stores + 9 * n + 3 * n
+    assert second.requests < first.requests / 4
+
+    # the warehouse's current state still covers every client, with tonight's change in it
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        count = con.execute("SELECT count(*) FROM marts.current_clients").fetchone()
+        assert count is not None and count[0] == 120
+        name = con.execute(
+            "SELECT last_name FROM marts.current_clients WHERE client_number = ?", [changed[0]]
+        ).fetchone()
+        assert name == ("Changed-Tonight",)
+    points_now = sandbox.call(lambda s: dict(s.clients[changed[1]].points))
+    balances = published_rows(data_dir, night2)["points_balances"].to_pylist()
+    landed = {r["storecode"]: r["points"] for r in balances if r["client_number"] == changed[1]}
+    assert landed == points_now
+
+
+# --- SIGKILL mid-landing, then resume -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigkill_mid_landing_then_rerun_resumes_without_refetching(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=200, seed=5, latency_ms=2.0)
+    data_dir = tmp_path / "data"
+    env = sync_env(sandbox, data_dir, tmp_path, MEMBERSYNC_BATCH_SIZE="10", MEMBERSYNC_BUILD="off")
+    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", TODAY.isoformat(), "--no-progress"]
+    batches_dir = data_dir / "landing" / "_staging" / TODAY.isoformat() / "batches"
+
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 180  # Prefect's ephemeral server starts slowly on a busy machine
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if batches_dir.exists() and len(list(batches_dir.glob("0*.done"))) >= 4:
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sync and its ephemeral Prefect server
+        _, stderr = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the sync ended by itself ({proc.returncode}): {stderr[-2000:]!r}"
+    )
+    done_at_kill = {p.name for p in batches_dir.glob("0*.done")}
+    assert 4 <= len(done_at_kill) < 20, "the kill must land mid-night"
+    assert read_manifest(DataDir(data_dir).manifests, TODAY) is None
+
+    rerun = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+
+    dd = DataDir(data_dir)
+    manifest = read_manifest(dd.manifests, TODAY)
+    assert manifest is not None and manifest.stats["resumed"] is True
+    assert manifest.stats["batches_skipped"] >= len(done_at_kill)
+    # not refetched: the rerun asked only for the clients of the batches still to do
+    remaining = 200 - 10 * manifest.stats["batches_skipped"]
+    assert manifest.stats["requests"] <= 60 + 11 * remaining
+    # every published file is readable, the counts are the sandbox's, no key twice
+    for path in (dd.landing).rglob("*.parquet"):
+        if "_staging" not in path.parts:
+            pq.read_table(path)
+    truth = sandbox.call(truth_counts)
+    assert {name: files.rows for name, files in manifest.tables.items()} == truth
+    assert_unique_keys(published_rows(dd, TODAY))
+    assert not (dd.staging / TODAY.isoformat()).exists()
+
+
+def test_a_second_sync_on_the_same_data_dir_says_already_running(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=5)
+    data_dir = tmp_path / "data"
+    zone = LandingZone(DataDir(data_dir))
+    env = sync_env(sandbox, data_dir, tmp_path)
+    with zone.lock():
+        proc = subprocess.run(
+            [sys.executable, "-m", "membersync.flows.cli", "sync", "--no-progress"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "already running" in lines[0], proc.stderr
+
+
+# --- the Prefect flow -----------------------------------------------------------------------------
+
+
+@pytest.mark.prefect
+def test_prefect_flow_runs_a_task_per_batch_and_publishes_a_summary_artifact(
+    prefect_harness: Path,  # noqa: F811
+    fresh_sandbox: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    sandbox = fresh_sandbox(clients=90)
+    settings = settings_for(sandbox)
+    secret = settings.password.get_secret_value()
+    for key, value in sync_env(sandbox, tmp_path / "data", tmp_path, MEMBERSYNC_BATCH_SIZE="20").items():
+        if key.startswith("MEMBERSYNC_"):
+            monkeypatch.setenv(key, value)
+
+    state = asyncio.run(nightly_sync(night=TODAY, return_state=True))
+    assert state.is_completed(), state
+    result = state.result()
+    assert result["status"] == "committed" and result["clients"] == 90 and result["batches"] == 5
+
+    async def inspect() -> tuple[list[Any], list[Any], Any]:
+        async with get_client() as client:
+            flow_run = await client.read_flow_run(state.state_details.flow_run_id)
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id]))
+            )
+            artifacts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[SUMMARY_ARTIFACT_KEY])),
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])),
+            )
+            return runs, artifacts, flow_run
+
+    runs, artifacts, flow_run = asyncio.run(inspect())
+    names = sorted(r.name for r in runs)
+    assert sum(n.startswith("batch-") for n in names) == 5  # one task run per batch, not per client
+    assert len(runs) == 5 + 4
+    assert secret not in repr(flow_run.parameters) and set(flow_run.parameters) <= {"night", "full"}
+    assert artifacts and artifacts[0].type == "table"
+    text = str(artifacts[0].data)
+    assert "requests" in text and "rows: clients" in text and secret not in text
+
+
+# --- membersync serve -----------------------------------------------------------------------------
+
+
+@pytest.mark.prefect
+@pytest.mark.timeout(240)
+def test_serve_runs_a_scheduled_night_on_a_real_prefect_server(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=30)
+    data_dir = tmp_path / "data"
+    env = sync_env(sandbox, data_dir, tmp_path, MEMBERSYNC_BUILD="off")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "membersync.flows.cli", "serve", "--interval", "5"],
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    manifests = data_dir / "landing" / "_manifests"
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 200 and proc.poll() is None:
+            if manifests.exists() and any(manifests.glob("*.json")):
+                break
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    assert "starting a Prefect server" in stderr
+    committed = list(manifests.glob("*.json")) if manifests.exists() else []
+    assert committed, (
+        f"no scheduled night landed within {time.monotonic() - started:.0f} s:\n{stderr[-2000:]}"
+    )
+    manifest = read_manifest(DataDir(data_dir).manifests, dt.date.fromisoformat(committed[0].stem))
+    assert manifest is not None and manifest.tables["clients"].rows == 30
