@@ -108,7 +108,7 @@ def show_landing(data_dir: DataDir, night: dt.date) -> None:
 
 
 def _show_csv(path: Path, limit: int = 12) -> None:
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # the CSVs start with a BOM (Excel)
         rows = list(csv.reader(handle))
     if not rows:
         return
