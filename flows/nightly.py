@@ -358,7 +358,8 @@ class NightRun:
         self._discovery = discovery
         self.summary.clients = len(discovery.clients)
         self.summary.watermark = discovery.watermark
-        planned = B.plan_batches(discovery.clients, self.options.batch_size)
+        # No client changed: one empty batch still records every client table (0 rows) for the night.
+        planned = B.plan_batches(discovery.clients, self.options.batch_size) or [B.Batch("00000", ())]
         self.batches = {b.id: b for b in planned}
         done = self.night.done_batches()
         pending = [b.id for b in planned if b.id not in done]

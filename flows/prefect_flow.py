@@ -14,6 +14,7 @@ process, and a global of this module would be copied separately for the flow and
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 from typing import Any
 
@@ -108,9 +109,12 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
                 raise unwrap(group) from None
     finally:
         del nightly.RUNS[key]
-        await acreate_table_artifact(
-            key=SUMMARY_ARTIFACT_KEY,
-            table=run.summary.table_rows(),
-            description=f"membersync night {run.summary.night} ({run.summary.status})",
-        )
+        try:
+            await acreate_table_artifact(
+                key=SUMMARY_ARTIFACT_KEY,
+                table=run.summary.table_rows(),
+                description=f"membersync night {run.summary.night} ({run.summary.status})",
+            )
+        except Exception as exc:  # the summary is also in the manifest: never mask the night's outcome
+            logging.getLogger(__name__).warning("could not record the summary artifact: %s", exc)
     return summary.as_dict()

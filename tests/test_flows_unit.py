@@ -162,3 +162,14 @@ def test_first_night_rerun_and_backfill_are_full_nights() -> None:
     assert needs_full_night(day, day)  # a rerun replaces the night's files: it must hold everyone
     assert needs_full_night(day, day + dt.timedelta(days=1))
     assert not needs_full_night(day, day - dt.timedelta(days=1))
+
+
+def test_an_empty_batch_still_types_every_client_table_with_its_schema() -> None:
+    from membersync.models import tables as T
+    from membersync.models.coerce import TimezoneLookup
+
+    typed = B.type_batch(B.RawBatch(B.Batch("00000", ()), {}, []), TimezoneLookup())
+    assert set(typed.tables) == set(B.BATCH_TABLES)
+    for name, table in typed.tables.items():
+        assert table.num_rows == 0 and table.schema == T.table(name).schema
+    assert typed.quarantine_table is None
