@@ -1187,6 +1187,15 @@ def test_generated_data_covers_what_clients_must_cope_with(sandbox: RunningSandb
                 m.last_modified <= s.clients[m.client_number].last_modified for m in s.memberships.values()
             ),
             "history_days": (s.anchor - min(t.local_datetime.date() for t in txns)).days,
+            "shares_fit": all(
+                s.memberships[mid].start_date <= s.affiliated[mid].purchase_date <= day
+                and day <= s.clients[sharee].last_modified.date()
+                for mid, shared in s.shares.items()
+                for sharee, day in shared.items()
+            ),
+            "txns_before_client": all(
+                t.local_datetime.date() < s.clients[t.client_number].last_modified.date() for t in txns
+            ),
         }
 
     f = sandbox.call(facts)
@@ -1200,6 +1209,7 @@ def test_generated_data_covers_what_clients_must_cope_with(sandbox: RunningSandb
     assert f["owed"] and f["credit"] and f["zero"] and f["multi_store"]
     assert f["billing"] == {"CARD", "CHECKING"}
     assert f["two_decimals"] and f["before_floor"] and f["ms_before_client"]
+    assert f["shares_fit"] and f["txns_before_client"]
     assert 400 <= f["history_days"] <= 800
 
 

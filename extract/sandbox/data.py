@@ -467,8 +467,9 @@ class _Clients:
         for sharee in sharees:
             last = min(self.until[number], self.until[sharee])
             first = max(start, self.s.clients[sharee].created_date)
-            day = max(first, last - dt.timedelta(days=int(self.rng.random() * 60)))
-            self.s.share(membership_id, sharee, min(day, last))
+            back = dt.timedelta(days=int(self.rng.random() * 60))
+            if last >= first:  # both clients existed (and changed later): the share fits in their histories
+                self.s.share(membership_id, sharee, max(first, last - back))
 
     def history_start(self, client: m.Client) -> dt.date:
         return max(client.created_date, self.anchor - dt.timedelta(days=HISTORY_DAYS))
@@ -503,16 +504,26 @@ class _Clients:
                 table = EFT_STATUSES if is_eft else NONEFT_STATUSES
                 status = rng.choices([t[0] for t in table], [t[1] for t in table])[0]
             code = client.home_store if k == 0 or rng.random() < 0.8 else rng.choice(self.codes)
-            ms = self.membership(client, f"M{client.client_number}-{k + 1}", code, is_eft, status, draw)
+            membership_id = f"M{client.client_number}-{k + 1}"
+            shared = self.s.shares.get(membership_id)  # an owner's membership began before its first share
+            begin_by = min(shared.values()) if shared else None
+            ms = self.membership(client, membership_id, code, is_eft, status, draw, begin_by)
             self.s.add_membership(ms)
             if is_eft and ms.status != "Expired":
                 self.billing(client, ms, k + 1, rng)
 
     def membership(
-        self, client: m.Client, membership_id: str, code: str, is_eft: bool, status: str, draw: _Draw
+        self,
+        client: m.Client,
+        membership_id: str,
+        code: str,
+        is_eft: bool,
+        status: str,
+        draw: _Draw,
+        begin_by: dt.date | None = None,
     ) -> m.Membership:
         rng, anchor, s, until = draw.rng, self.anchor, self.s, draw.until
-        begin = draw.day(draw.start, until - dt.timedelta(days=30))
+        begin = draw.day(draw.start, min(until - dt.timedelta(days=30), begin_by or until))
         end = freeze_start = freeze_end = cancel = None
         draw_day = dues = price = None
         if is_eft:
@@ -608,8 +619,7 @@ class _Clients:
         rng = draw.rng
         ms = client.memberships[0]
         shared = self.s.shares[ms.membership_id]
-        bought = min([*shared.values(), ms.start_date + dt.timedelta(days=10), draw.until])
-        bought = max(bought, ms.start_date)
+        bought = max(min([*shared.values(), ms.start_date + dt.timedelta(days=10)]), ms.start_date)
         ptype = rng.choice(self.affiliated_packages)
         package = m.ClientPackage(
             f"CP{client.client_number}-A",
