@@ -1190,6 +1190,7 @@ def test_generated_data_covers_what_clients_must_cope_with(seed: int) -> None:
                 m.last_modified <= s.clients[m.client_number].last_modified for m in s.memberships.values()
             ),
             "history_days": (s.anchor - min(t.local_datetime.date() for t in txns)).days,
+            "recent_share": sum((s.anchor - t.local_datetime.date()).days <= 731 for t in txns) / len(txns),
             "shares_fit": all(
                 s.memberships[mid].start_date <= s.affiliated[mid].purchase_date <= day
                 and day <= s.clients[sharee].last_modified.date()
@@ -1213,7 +1214,7 @@ def test_generated_data_covers_what_clients_must_cope_with(seed: int) -> None:
     assert f["billing"] == {"CARD", "CHECKING"}
     assert f["two_decimals"] and f["before_floor"] and f["ms_before_client"]
     assert f["shares_fit"] and f["txns_before_client"]
-    assert 400 <= f["history_days"] <= 800
+    assert 400 <= f["history_days"] <= 1200 and f["recent_share"] > 0.9  # ~2 years (idle clients: older)
 
 
 def test_money_and_datetimes_on_the_wire(sandbox: RunningSandbox) -> None:

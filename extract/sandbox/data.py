@@ -472,7 +472,11 @@ class _Clients:
                 self.s.share(membership_id, sharee, max(first, last - back))
 
     def history_start(self, client: m.Client) -> dt.date:
-        return max(client.created_date, self.anchor - dt.timedelta(days=HISTORY_DAYS))
+        """First day of the client's generated history: the last two years, or the year before its
+        last change when that is older (a client idle for years still had a history)."""
+        start = max(client.created_date, self.anchor - dt.timedelta(days=HISTORY_DAYS))
+        until = self.until[client.client_number]
+        return start if start <= until else max(client.created_date, until - dt.timedelta(days=365))
 
     # --- the holdings (lazy) ------------------------------------------------------------------
 
