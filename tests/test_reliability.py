@@ -47,6 +47,10 @@ from reliability import (
 
 ANCHOR = dt.datetime.now(dt.UTC).date()
 KILLS = int(os.environ.get("MEMBERSYNC_RELIABILITY_KILLS", "20"))
+# Kills run the CLI without Prefect by default (landing, commit and build are the same code; Prefect
+# only wraps the steps in task runs and costs ~10-40 s of start-up per run). "on": exec'd CLI on
+# Prefect's ephemeral server, whose process is in the killed group too.
+KILL_WITH_PREFECT = os.environ.get("MEMBERSYNC_RELIABILITY_PREFECT", "off") == "on"
 
 
 @pytest.fixture
@@ -155,8 +159,10 @@ def test_sigkill_at_random_moments_then_rerun(
     sandboxes: Callable[..., RunningSandbox], tmp_root: Path
 ) -> None:
     sandbox = sandboxes(clients=50, seed=2)
-    kept = Workspace(tmp_root / "kept", sandbox.url, ANCHOR, batch_size=10)
-    reference = kept.sync()
+    how = "exec" if KILL_WITH_PREFECT else "fork"
+    extra = {"MEMBERSYNC_PREFECT": "on"} if KILL_WITH_PREFECT else {}
+    kept = Workspace(tmp_root / "kept", sandbox.url, ANCHOR, batch_size=10, extra_env=extra)
+    reference = kept.sync(how=how)
     assert_ok(reference)
     truth.assert_night_exact(sandbox, kept.data_dir, ANCHOR)
     digest = reports_digest(kept.data_dir, ANCHOR)
@@ -168,11 +174,15 @@ def test_sigkill_at_random_moments_then_rerun(
     for i in range(KILLS):
         # Even cycles: a rerun of a committed night is killed (readers must still see that night);
         # odd cycles: the very first night of a fresh data dir is killed.
-        ws = kept if i % 2 == 0 else Workspace(tmp_root / f"fresh{i}", sandbox.url, ANCHOR, batch_size=10)
+        ws = (
+            kept
+            if i % 2 == 0
+            else Workspace(tmp_root / f"fresh{i}", sandbox.url, ANCHOR, batch_size=10, extra_env=extra)
+        )
         before = ws.data_dir.manifests / f"{ANCHOR}.json"
         run_id = json.loads(before.read_text())["run_id"] if before.exists() else None
         moment = rng.uniform(0.05, 1.0) * full_time
-        running = ws.start()
+        running = ws.start(how=how)
         time.sleep(moment)
         running.kill_group()
         killed = running.wait(60)
@@ -185,7 +195,7 @@ def test_sigkill_at_random_moments_then_rerun(
         if ws is kept:  # readers still see a whole night: the old one or the new one
             truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
             tally["exact_after_kill"] += 1
-        rerun = ws.sync()
+        rerun = ws.sync(how=how)
         assert_ok(rerun)
         truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
         health = inspect(ws.data_dir)
@@ -198,7 +208,8 @@ def test_sigkill_at_random_moments_then_rerun(
     elapsed = time.monotonic() - started
     record(
         "2 SIGKILL anywhere",
-        f"{KILLS} kills (seeded, {hit['before commit']} before / {hit['after commit']} after the "
+        f"{KILLS} kills{' (Prefect on)' if KILL_WITH_PREFECT else ''} (seeded, "
+        f"{hit['before commit']} before / {hit['after commit']} after the "
         f"killed run's commit): {tally['exact']}/{KILLS} reruns exact and byte-identical, "
         f"{tally['duplicates']} duplicate keys, {tally['unreadable']} unreadable files, "
         f"{tally['temp_left']} temporary files left; readers saw a whole night after "
@@ -501,6 +512,12 @@ def test_stalling_server_every_request_ends_within_its_timeout(
     hung = thread.is_alive()
     server.close()
     thread.join(30)
+    if hung:
+        record(
+            f"7 server {mode}s",
+            "FAILS: the night was still running after 30 s (read timeout 1 s): no "
+            "overall deadline per request, a server trickling one byte per 0.2 s holds it forever",
+        )
     assert not hung, f"{mode}: the night was still running after 30 s (no overall deadline per request)"
     error = box.get("error")
     assert isinstance(error, ServiceError), box
