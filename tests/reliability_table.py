@@ -20,6 +20,9 @@ def _order(name: str) -> tuple[int, str]:
     return (int(match.group(1)) if match else 99, name)
 
 
+_TMP = re.compile(r"/tmp/[A-Za-z0-9_.-]+")
+
+
 def render(results: Path, header: str = "") -> str:
     rows: dict[str, str] = {}
     for line in results.read_text(encoding="utf-8").splitlines():
@@ -32,7 +35,7 @@ def render(results: Path, header: str = "") -> str:
     out += ["| # | Scenario | Measured result |", "|---|---|---|"]
     for name in sorted(rows, key=_order):
         number, _, title = name.partition(" ")
-        cell = rows[name].replace("|", "\\|")
+        cell = _TMP.sub("<tmp>", rows[name]).replace("|", "\\|")
         out.append(f"| {number} | {title} | {cell} |")
     return "\n".join(out) + "\n"
 
