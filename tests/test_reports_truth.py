@@ -267,7 +267,7 @@ def make_changes(sandbox: RunningSandbox, last_night: dt.date) -> tuple[list[str
 def test_reports_equal_truth_after_a_full_night_and_an_incremental_one(
     fresh_sandbox: Callable[..., RunningSandbox], workspace: Callable[[RunningSandbox], Workspace]
 ) -> None:
-    sandbox = fresh_sandbox(clients=150, seed=4, anchor_date=ANCHOR)
+    sandbox = fresh_sandbox(clients=150, stores=7, seed=4, anchor_date=ANCHOR)  # incl. a closed store
     ws = workspace(sandbox)
     night1, night2 = ANCHOR, ANCHOR + dt.timedelta(days=1)
 
