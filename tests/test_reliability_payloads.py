@@ -205,7 +205,7 @@ def test_malformed_answers_never_crash_and_bad_rows_are_quarantined(case: tuple[
         return
     tz = TimezoneLookup({"DOWNTOWN  ": "America/New_York"})
     if name in FANOUT:
-        got = {n: [] for n in FANOUT}
+        got: dict[str, Any] = {n: [] for n in FANOUT}
         got["clientdetails"] = {"clientNumber": CLIENT_NUMBER}
         got["commprefs"] = {}
         got[name] = answer
