@@ -226,6 +226,20 @@ def modified_since(watermark: str | None, overlap: dt.timedelta) -> str | None:
     return None if moment is None else format_utc(moment - overlap)
 
 
+DISCOVERY_FIELDS = frozenset({"clientNumber", "homeStore", "lastModified"})  # what a night keeps
+
+
+def _compact(item: Mapping[str, Any], stores: dict[Any, Any]) -> dict[str, Any]:
+    home = item.get("homeStore")
+    if isinstance(home, str):
+        home = stores.setdefault(home, home)
+    return {
+        "clientNumber": item.get("clientNumber"),
+        "homeStore": home,
+        "lastModified": item.get("lastModified"),
+    }
+
+
 def summarize_discovery(found: Iterable[Mapping[str, Any]], previous_watermark: str | None) -> Discovery:
     """Deduplicate by clientNumber, sort, and take the newest server ``lastModified``.
 
@@ -233,7 +247,7 @@ def summarize_discovery(found: Iterable[Mapping[str, Any]], previous_watermark: 
     warning (it lands nowhere, so the count says so). The watermark stays the previous one when
     nothing changed (or nothing carries a readable lastModified).
     """
-    by_number: dict[str, dict[str, Any]] = {}
+    by_number: dict[str, Any] = {}
     newest: tuple[dt.datetime, str] | None = None
     skipped = 0
     for item in found:
@@ -242,11 +256,9 @@ def summarize_discovery(found: Iterable[Mapping[str, Any]], previous_watermark: 
             skipped += 1
             continue
         last_modified = item.get("lastModified")
-        by_number[number] = {
-            "clientNumber": number,
-            "homeStore": item.get("homeStore"),
-            "lastModified": last_modified,
-        }
+        # discover() hands over compact records already; a saved or raw summary is compacted here
+        compact = isinstance(item, dict) and item.keys() == DISCOVERY_FIELDS
+        by_number[number] = item if compact else _compact(item, {})
         moment = parse_utc(last_modified)
         if moment is not None and (newest is None or moment > newest[0]):
             newest = (moment, format_utc(moment))
@@ -266,13 +278,16 @@ async def discover(
     push others onto a later page, seen twice and deduplicated, never skipped).
     """
 
+    stores: dict[Any, Any] = {}  # one string object per store code, shared by its clients
+
     async def one_store(storecode: str) -> list[dict[str, Any]]:
         criteria: dict[str, Any] = {"storecode": storecode}
         if since is not None:
             criteria["modifiedSince"] = since
         items: list[dict[str, Any]] = []
         async for page in client.search(**criteria):
-            items.extend(page.items)
+            # Keep only what the night needs, page by page: memory stays small at 100,000 clients.
+            items.extend(_compact(item, stores) for item in page.items if isinstance(item, dict))
         return items
 
     per_store = await asyncio.gather(*(one_store(s) for s in storecodes))
