@@ -169,6 +169,7 @@ class ClientOptions:
     read_timeout: float = constants.READ_TIMEOUT
     write_timeout: float = constants.WRITE_TIMEOUT
     pool_timeout: float = constants.POOL_TIMEOUT
+    request_timeout: float = constants.REQUEST_TIMEOUT
     max_retries: int = constants.MAX_RETRIES
     backoff_base: float = constants.BACKOFF_BASE
     backoff_max: float = constants.BACKOFF_MAX
@@ -191,7 +192,7 @@ class ClientOptions:
             raise ValueError("max_concurrency must be >= 1")
         if self.rate is not None and self.rate <= 0:
             raise ValueError("rate must be > 0 req/s, or None for no cap")
-        for name in ("connect_timeout", "read_timeout", "write_timeout", "pool_timeout"):
+        for name in ("connect_timeout", "read_timeout", "write_timeout", "pool_timeout", "request_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0 seconds")
 
@@ -465,12 +466,15 @@ class ServiceClient:
             started = self._clock()
             stats.requests += 1
             try:
-                response = await self._http.request(
-                    ep.method,
-                    url,
-                    content=content,
-                    headers=_JSON_HEADERS if content is not None else None,
-                )
+                # The whole attempt has a deadline (a trickling server resets the read timeout
+                # with every byte); it surfaces as the builtin TimeoutError -> ReadTimeoutError.
+                async with asyncio.timeout(self.options.request_timeout):
+                    response = await self._http.request(
+                        ep.method,
+                        url,
+                        content=content,
+                        headers=_JSON_HEADERS if content is not None else None,
+                    )
             except _TRANSPORT_EXCEPTIONS as exc:
                 stats.transport_errors += 1
                 error = transport_error(ep.name, exc)

@@ -15,6 +15,10 @@ WRITE_TIMEOUT = 30.0
 # Waiting for a free pooled connection. Our own concurrency limit keeps requests in flight
 # below the pool size, so this only fires when something is badly wrong.
 POOL_TIMEOUT = 60.0
+# One attempt as a whole (connect, send, every read of the body). The read timeout restarts
+# with every chunk, so a server that trickles a byte now and then would hold a request (and
+# the night) for ever without this deadline.
+REQUEST_TIMEOUT = 90.0
 
 # -- retries -----------------------------------------------------------------------------
 MAX_RETRIES = 5  # retries after the first attempt (6 attempts in all)
