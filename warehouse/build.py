@@ -39,6 +39,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
+from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import Manifest, read_manifests
 from membersync.warehouse.paths import FILE_MODE, DataDir
 
@@ -255,6 +256,7 @@ def build_warehouse(data_dir: DataDir, *, sql_dir: Path | None = None) -> BuildR
             for model in models:
                 _build_model(con, model)
                 checker.check_model(model)
+                crashpoint("during_warehouse_build")
             _write_model_catalogue(con, models)
             checker.write_log()
             rows = checker.rows
