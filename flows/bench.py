@@ -263,41 +263,32 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     table.add_row("", "answered 429", f"{share_429:.2%}", "< 5 %", _verdict(share_429 < 0.05))
     table.add_row("", "retries", f"{limited.retries:,}", "", "")
 
-    err.print(
-        f"[bold]Prefect overhead[/]: {PREFECT_CLIENTS:,} clients without the flow, then with it twice ..."
-    )
+    err.print(f"[bold]Prefect overhead[/]: {PREFECT_CLIENTS:,} clients, with and without the flow ...")
+    added: dict[int, float] = {}  # task runs -> CPU the flow added over the plain night
     with sandbox_process(PREFECT_CLIENTS) as url:
-        plain = run_child(url, prefect=False, timeout=3600)
-        few = run_child(url, prefect=True, timeout=3600, extra_env={"MEMBERSYNC_BATCH_SIZE": "250"})
-        many = run_child(url, prefect=True, timeout=3600, extra_env={"MEMBERSYNC_BATCH_SIZE": "25"})
-    # Two flows that differ only in their number of task runs: the difference per extra task run is
-    # what one task run costs; the rest of the flow's extra CPU over the plain night is fixed per night.
-    per_task = (many.cpu_s - few.cpu_s) / max(many.task_runs - few.task_runs, 1)
-    fixed = few.cpu_s - plain.cpu_s - per_task * few.task_runs
-    table.add_row(
-        "Prefect",
-        "CPU: plain / flow (250 per batch) / flow (25)",
-        f"{plain.cpu_s:.1f} / {few.cpu_s:.1f} / {many.cpu_s:.1f} s",
-        "",
-        "",
-    )
-    table.add_row("", "task runs", f"{few.task_runs} / {many.task_runs}", "", "")
-    table.add_row("", "CPU per task run", f"{1000 * per_task:.1f} ms", "", "")
-    table.add_row("", "fixed CPU per night (flow run)", f"{fixed:.2f} s", "", "")
-    table.add_row(
-        "",
-        "per request, 250 per batch",
-        f"{1000 * (few.cpu_s - plain.cpu_s) / max(few.requests, 1):.3f} ms",
-        "",
-        "",
-    )
-    table.add_row(
-        "",
-        "100,000 clients (400 task runs)",
-        f"{fixed + 404 * per_task:.1f} s CPU",
-        "",
-        "",
-    )
+        for size in ("250", "25"):  # 12 and 84 task runs
+            env = {"MEMBERSYNC_BATCH_SIZE": size}
+            plain = run_child(url, prefect=False, timeout=3600, extra_env=env)
+            flowed = run_child(url, prefect=True, timeout=3600, extra_env=env)
+            added[flowed.task_runs] = extra = flowed.cpu_s - plain.cpu_s
+            table.add_row(
+                "Prefect" if len(added) == 1 else "",
+                f"{size} clients per batch ({flowed.task_runs} task runs)",
+                f"{plain.cpu_s:.1f} s plain, {flowed.cpu_s:.1f} s flow",
+                "",
+                "",
+            )
+            table.add_row(
+                "",
+                "  CPU the flow added",
+                f"{extra:.2f} s ({1000 * extra / max(flowed.requests, 1):.3f} ms/request)",
+                "",
+                "",
+            )
+    (few, few_cpu), (many, many_cpu) = sorted(added.items())
+    slope = (many_cpu - few_cpu) / (many - few)
+    table.add_row("", "CPU per extra task run (slope)", f"{1000 * slope:.1f} ms", "", "")
+    table.add_row("", "fixed CPU per night (flow run)", f"{few_cpu - slope * few:.2f} s", "", "")
     out.print(table)
     return 0
 
