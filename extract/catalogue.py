@@ -277,6 +277,18 @@ LINE_REQUIRED_FIELD = {
     "G": "giftCertNo",
 }
 
+# Records nested inside other records, and records inside write answers: the tenant profile
+# renames their fields with their own field maps (client and sandbox alike).
+NESTED_RECORDS: dict[str, dict[str, str]] = {
+    "transaction": {"lines": "transactionLine", "payments": "transactionPayment"},
+}
+ANSWER_RECORDS: dict[str, str] = {
+    "membership": "clientMembership",
+    "client": "client",
+    "preferences": "commPrefs",
+    "clients": "affiliatedClient",
+}
+
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100
 

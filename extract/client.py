@@ -141,16 +141,8 @@ _E = catalogue.BY_NAME
 _JSON_HEADERS = {"Content-Type": "application/json"}
 # Body fields whose values a server's error message must never echo into our error text.
 _SECRET_BODY_FIELDS = frozenset(redact.SECRET_FIELD_NAMES) | {"username"}
-# Records nested in other records / in write answers, renamed with their own field maps.
-_NESTED_RECORDS: dict[str, dict[str, str]] = {
-    "transaction": {"lines": "transactionLine", "payments": "transactionPayment"},
-}
-_ANSWER_RECORDS = {
-    "membership": "clientMembership",
-    "client": "client",
-    "preferences": "commPrefs",
-    "clients": "affiliatedClient",
-}
+_NESTED_RECORDS = catalogue.NESTED_RECORDS
+_ANSWER_RECORDS = catalogue.ANSWER_RECORDS
 
 
 # -- options and statistics ------------------------------------------------------------------

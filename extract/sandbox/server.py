@@ -45,16 +45,8 @@ log = logging.getLogger("membersync.sandbox")
 T = TypeVar("T")
 JSON_TYPE = "application/json"
 FAULT_KINDS = ("error_500", "unavailable_503", "html_502", "dropped", "truncated")
-# Nested records inside items and write answers (the profile renames their fields too).
-NESTED_RECORDS: dict[str, dict[str, str]] = {
-    "transaction": {"lines": "transactionLine", "payments": "transactionPayment"},
-}
-ANSWER_RECORDS = {
-    "membership": "clientMembership",
-    "client": "client",
-    "preferences": "commPrefs",
-    "clients": "affiliatedClient",
-}
+NESTED_RECORDS = catalogue.NESTED_RECORDS
+ANSWER_RECORDS = catalogue.ANSWER_RECORDS
 # Fields drift re-cases (enumerations compared case-insensitively by the contract).
 DRIFT_ENUMS = frozenset(
     {"status", "type", "kind", "answerType", "role", "deductType", "gender", "category", "paymentType"}
