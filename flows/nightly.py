@@ -100,6 +100,11 @@ class SyncOptions:
             if flag not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
                 raise SettingsError(f"{_ENV['build']} must be on or off, got {raw!r}")
             kw["build"] = flag in ("on", "1", "true", "yes")
+        from membersync.extract.client import ClientOptions
+
+        client_options = ClientOptions.from_env(env)
+        if client_options != ClientOptions():
+            kw["client_options"] = client_options
         return cls(**kw)
 
 

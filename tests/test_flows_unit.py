@@ -173,3 +173,23 @@ def test_an_empty_batch_still_types_every_client_table_with_its_schema() -> None
     for name, table in typed.tables.items():
         assert table.num_rows == 0 and table.schema == T.table(name).schema
     assert typed.quarantine_table is None
+
+
+def test_client_options_from_the_environment() -> None:
+    from membersync.extract.client import ClientOptions
+    from membersync.extract.settings import SettingsError
+    from membersync.flows.nightly import SyncOptions
+
+    options = SyncOptions.from_env(
+        {"MEMBERSYNC_RATE": "180", "MEMBERSYNC_MAX_CONCURRENCY": "12", "MEMBERSYNC_REQUEST_TIMEOUT": "20"}
+    ).client_options
+    assert isinstance(options, ClientOptions)
+    assert (options.rate, options.max_concurrency, options.request_timeout) == (180.0, 12, 20.0)
+    assert ClientOptions.from_env({}) == ClientOptions()
+    for variable, raw in (
+        ("MEMBERSYNC_RATE", "fast"),
+        ("MEMBERSYNC_MAX_RETRIES", "-1"),
+        ("MEMBERSYNC_RATE", "nan"),
+    ):
+        with pytest.raises(SettingsError, match=variable):
+            ClientOptions.from_env({variable: raw})
