@@ -120,12 +120,16 @@ class Window:
         full: bool,
         lookback_days: int,
         points_start: dt.date,
+        whole_history: bool = False,
     ) -> Window:
+        """``whole_history``: later nights still fetch a changed client's whole transaction
+        history (not only the window), so that a void or a payment on a sale older than the
+        lookback is seen the next night; points transactions never change, they stay windowed."""
         end = night + dt.timedelta(days=1)
         if full or last_night is None:
             return cls(points_start=points_start, end=end, history_start=None)
         start = last_night - dt.timedelta(days=lookback_days)
-        return cls(points_start=start, end=end, history_start=start)
+        return cls(points_start=start, end=end, history_start=None if whole_history else start)
 
     def describe(self) -> str:
         if self.history_start is None:

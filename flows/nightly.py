@@ -58,6 +58,7 @@ _ENV = {
     "points_start": "MEMBERSYNC_POINTS_START",
     "watermark_overlap": "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES",
     "build": "MEMBERSYNC_BUILD",
+    "whole_history": "MEMBERSYNC_WHOLE_HISTORY",
 }
 
 
@@ -71,14 +72,16 @@ class SyncOptions:
     points_start: dt.date = dt.date(2000, 1, 1)  # first night: points transactions from this date
     watermark_overlap: dt.timedelta = dt.timedelta(minutes=15)
     build: bool = True  # build the warehouse and export reports after the commit
+    whole_history: bool = False  # later nights: a changed client's whole transaction history
     client_options: Any = None  # membersync.extract.client.ClientOptions | None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
         """Defaults overridden by ``MEMBERSYNC_BATCH_SIZE``, ``MEMBERSYNC_BATCHES_IN_FLIGHT``,
         ``MEMBERSYNC_LOOKBACK_DAYS``, ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD),
-        ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES`` and ``MEMBERSYNC_BUILD`` (on/off: the
-        warehouse build after the commit); a bad value raises a one-line SettingsError."""
+        ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES``, ``MEMBERSYNC_WHOLE_HISTORY`` (on/off) and
+        ``MEMBERSYNC_BUILD`` (on/off: the warehouse build after the commit), and the client's
+        options (:meth:`ClientOptions.from_env`); a bad value raises a one-line SettingsError."""
         env = os.environ if env is None else env
         kw: dict[str, Any] = {}
         for name, minimum in (("batch_size", 1), ("batches_in_flight", 1), ("lookback_days", 0)):
@@ -95,11 +98,12 @@ class SyncOptions:
         if raw := env.get(_ENV["watermark_overlap"]):
             minutes = _int_setting(_ENV["watermark_overlap"], raw, 0)
             kw["watermark_overlap"] = dt.timedelta(minutes=minutes)
-        if raw := env.get(_ENV["build"]):
-            flag = raw.strip().lower()
-            if flag not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
-                raise SettingsError(f"{_ENV['build']} must be on or off, got {raw!r}")
-            kw["build"] = flag in ("on", "1", "true", "yes")
+        for name in ("build", "whole_history"):
+            if raw := env.get(_ENV[name]):
+                flag = raw.strip().lower()
+                if flag not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
+                    raise SettingsError(f"{_ENV[name]} must be on or off, got {raw!r}")
+                kw[name] = flag in ("on", "1", "true", "yes")
         from membersync.extract.client import ClientOptions
 
         client_options = ClientOptions.from_env(env)
@@ -304,6 +308,7 @@ class NightRun:
             full=full,
             lookback_days=self.options.lookback_days,
             points_start=self.options.points_start,
+            whole_history=self.options.whole_history,
         )
         self.summary.run_id = self.night.run_id
         self.summary.mode = mode
