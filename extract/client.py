@@ -265,11 +265,39 @@ class ClientStats:
 @dataclass(slots=True)
 class _Prepared:
     endpoint: Endpoint
-    url: str  # absolute, without query
+    url: httpx.URL  # absolute, without query
     wrapper: str | None
     names: dict[str, str]  # logical param -> wire param, percent-encoded
     convert: Callable[[Any], Any] | None  # wire item -> logical item; None = identical
     body_renames: bool = False  # a write whose body fields have other names on the wire
+
+
+def _with_query_parsed(base: httpx.URL, query: str) -> httpx.URL:
+    """``base`` with an already percent-encoded ``query``, without parsing the URL again.
+
+    httpx 0.28 keeps a parsed URL as a named tuple (``_uri_reference``); replacing its query
+    is ~15x cheaper than parsing the whole string for every request. httpx is pinned below
+    0.29, and :data:`_with_query` falls back to parsing where the internals differ.
+    """
+    url = httpx.URL.__new__(httpx.URL)
+    url._uri_reference = base._uri_reference._replace(query=query)  # type: ignore[attr-defined]
+    return url
+
+
+def _with_query_slow(base: httpx.URL, query: str) -> httpx.URL:
+    return httpx.URL(f"{base}?{query}")
+
+
+def _pick_with_query() -> Callable[[httpx.URL, str], httpx.URL]:
+    probe = httpx.URL("http://h/p")
+    try:
+        fast = _with_query_parsed(probe, "a=%20b")
+    except AttributeError:
+        return _with_query_slow
+    return _with_query_parsed if fast == _with_query_slow(probe, "a=%20b") else _with_query_slow
+
+
+_with_query = _pick_with_query()
 
 
 def _has_renames(profile: Profile, record: str) -> bool:
@@ -390,7 +418,7 @@ class ServiceClient:
         names = {p.name: quote(self.profile.param(p.name), safe="") for p in ep.params}
         return _Prepared(
             endpoint=ep,
-            url=self.base_url + ep.path,
+            url=httpx.URL(self.base_url + ep.path),
             wrapper=self.profile.wrapper(ep),
             names=names,
             convert=_converter(self.profile, ep.record if ep.method == "GET" else ep.name),
@@ -428,12 +456,12 @@ class ServiceClient:
     async def _get(self, ep: Endpoint, **params: Any) -> Any:
         prep = self._prepared[ep.name]
         names = prep.names
-        # The query is encoded here, once: handing httpx a finished URL string costs one URL
-        # parse, where ``params=`` costs three (merge, copy with params, re-encode).
+        # The query is encoded here, once, and joined to the endpoint's parsed URL: handing
+        # httpx a URL string costs a parse (~35 us), ``params=`` three.
         query = "&".join(
             f"{names[k]}={quote(_wire_value(v), safe='')}" for k, v in params.items() if v is not None
         )
-        return await self._call(prep, f"{prep.url}?{query}" if query else prep.url, None, None)
+        return await self._call(prep, _with_query(prep.url, query) if query else prep.url, None, None)
 
     async def _post(self, ep: Endpoint, body: Mapping[str, Any]) -> Any:
         prep = self._prepared[ep.name]
@@ -446,7 +474,7 @@ class ServiceClient:
     async def _call(
         self,
         prep: _Prepared,
-        url: str,
+        url: httpx.URL,
         content: bytes | None,
         body: Mapping[str, Any] | None,
     ) -> Any:
@@ -477,7 +505,7 @@ class ServiceClient:
     async def _attempt(
         self,
         prep: _Prepared,
-        url: str,
+        url: httpx.URL,
         content: bytes | None,
         body: Mapping[str, Any] | None,
     ) -> Any:

@@ -826,3 +826,19 @@ def test_from_settings_uses_the_settings_and_the_tenant_profile(tmp_path: Any) -
     assert client.profile.param("clientNumber") == "clientNo"
     assert PASSWORD not in repr(client) and PASSWORD not in repr(vars(client))
     run(client.aclose())
+
+
+def test_fast_query_join_equals_parsing_the_whole_url() -> None:
+    from membersync.extract import client as client_module
+
+    base = httpx.URL("http://127.0.0.1:8700/svcapi/clients/clientmemberships")
+    queries = (
+        "clientNumber=000417",
+        "storecode=DOWNTOWN%20%20&page=2",
+        "modifiedSince=2026-01-02T03%3A04%3A05Z",
+    )
+    for query in queries:
+        fast = client_module._with_query(base, query)
+        assert fast == httpx.URL(f"{base}?{query}")
+        assert fast.raw_path == httpx.URL(f"{base}?{query}").raw_path
+    assert client_module._with_query is client_module._with_query_parsed  # httpx as pinned
