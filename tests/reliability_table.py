@@ -1,7 +1,7 @@
 """Render the measured results of the reliability scenarios as the README's "Reliability" table.
 
     MEMBERSYNC_RELIABILITY_RESULTS=/tmp/results.jsonl .venv/bin/python -m pytest tests/test_reliability*.py
-    .venv/bin/python tests/reliability_table.py /tmp/results.jsonl > tests/RELIABILITY.md
+    .venv/bin/python tests/reliability_table.py /tmp/results.jsonl   # the README's "Reliability" table
 
 Each line of the results file is one ``reliability.record(...)`` call; the newest result of a
 scenario wins. Nothing here is typed by hand: the table is what the last run measured.
