@@ -429,7 +429,7 @@ def timed() -> Iterator[list[float]]:
         box.append(time.monotonic() - started)
 
 
-# --- measured results (for tests/RELIABILITY.md) --------------------------------------------------------
+# --- measured results (for the README's Reliability table) ---------------------------------------
 
 RESULTS_ENV = "MEMBERSYNC_RELIABILITY_RESULTS"
 

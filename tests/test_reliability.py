@@ -6,7 +6,7 @@ part of the promise) killed with SIGKILL as whole process groups, real Parquet a
 Ground truth is the sandbox's own state (:mod:`truth`), never our own SQL.
 
 Each scenario calls :func:`reliability.record` with its measured figures; with
-``MEMBERSYNC_RELIABILITY_RESULTS=<file>`` they are collected for ``tests/RELIABILITY.md``
+``MEMBERSYNC_RELIABILITY_RESULTS=<file>`` they are collected for the README's "Reliability" table
 (``python tests/reliability_table.py <file>``).
 """
 
