@@ -1329,3 +1329,4 @@ def test_config_checked() -> None:
             SandboxConfig.checked(**bad_kw)
     assert "hunter2" not in repr(SandboxConfig(password="hunter2"))
     assert "hunter2" not in SandboxConfig(password="hunter2").describe()
+    assert "canary-user" not in SandboxConfig(username="canary-user").describe()

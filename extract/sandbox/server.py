@@ -107,13 +107,13 @@ class SandboxConfig:
         return self.anchor_date or dt.datetime.now(dt.UTC).date()
 
     def describe(self) -> str:
-        """One line for logs: every setting but the password."""
+        """One line for logs: every setting but the credentials (Basic user and password)."""
         rate = f"{self.rate:g}/s burst {self.burst or max(1.0, self.rate):g}" if self.rate else "unlimited"
         profile = self.profile.source if self.profile else "contract"
         return (
             f"clients={self.clients} stores={self.stores} seed={self.seed} anchor={self.anchor} "
             f"rate={rate} latency_ms={self.latency_ms:g} fault_rate={self.fault_rate:g} "
-            f"drift={self.drift} profile={profile} lazy={self.lazy} username={self.username}"
+            f"drift={self.drift} profile={profile} lazy={self.lazy}"
         )
 
 
