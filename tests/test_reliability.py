@@ -60,20 +60,14 @@ def tmp_root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def sandboxes() -> Iterator[Callable[..., RunningSandbox]]:
-    started: list[RunningSandbox] = []
+def sandboxes(fresh_sandbox: Callable[..., RunningSandbox]) -> Callable[..., RunningSandbox]:
+    """``fresh_sandbox`` with the scenarios' fixed anchor date (stable, comparable nights)."""
 
     def make(**kw: Any) -> RunningSandbox:
         kw.setdefault("anchor_date", ANCHOR)
-        running = start_in_thread(SandboxConfig.checked(**kw))
-        started.append(running)
-        return running
+        return fresh_sandbox(**kw)
 
-    try:
-        yield make
-    finally:
-        for running in started:
-            running.stop()
+    return make
 
 
 def assert_ok(outcome: Outcome) -> None:
