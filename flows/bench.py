@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
+from membersync.flows.schedule import stop_process
 from rich.console import Console
 from rich.table import Table
 
@@ -94,12 +95,7 @@ def sandbox_process(clients: int, *, rate: float = 0.0, latency_ms: float = 0.0)
             time.sleep(0.5)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 # --- the sync in a child process ------------------------------------------------------------------------

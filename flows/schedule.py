@@ -108,12 +108,7 @@ def prefect_server(log_dir: Path) -> Iterator[str]:
         err.print(f"Prefect server ready: UI at http://127.0.0.1:{port}")
         yield api_url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int | None = None) -> int:
@@ -152,3 +147,13 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
                 limit=1,  # one night at a time (the data dir's lock would refuse a second anyway)
             )
     return 0
+
+
+def stop_process(process: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """Ask a child to stop (SIGTERM), and kill it if it has not within ``grace`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
