@@ -195,8 +195,31 @@ def check(
     raise typer.Exit(run_checks(pytest_args or []))
 
 
+# Debian packages the tests drive as real parts (a browser, an office suite to open the XLSX as a
+# manager would). `membersync check` installs the missing ones when it can (root with apt-get, as on
+# a fresh CI machine); the tests that need them fail with a clear message when they are absent.
+SYSTEM_PACKAGES: dict[str, str] = {}  # executable -> Debian package
+
+
+def ensure_system_packages() -> None:
+    missing = sorted({pkg for exe, pkg in SYSTEM_PACKAGES.items() if shutil.which(exe) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        err.print(f"[yellow]note:[/] not installing {', '.join(missing)} (needs root and apt-get)")
+        return
+    err.print(f"[bold]== apt-get install {' '.join(missing)}[/]")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    quiet = {"stdout": subprocess.DEVNULL, "env": env}
+    subprocess.run(["apt-get", "update", "-qq"], check=False, **quiet)  # type: ignore[call-overload]
+    subprocess.run(  # type: ignore[call-overload]
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=False, **quiet
+    )
+
+
 def run_checks(pytest_args: list[str]) -> int:
     python = sys.executable
+    ensure_system_packages()
     steps: list[tuple[str, list[str]]] = [
         ("ruff", [python, "-m", "ruff", "check", "."]),
         ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
