@@ -53,8 +53,14 @@ def guarded(fn: Callable[[], T]) -> T:
 
 
 def parse_date(value: str | None) -> dt.date | None:
+    """A ``--date`` as a date; only YYYY-MM-DD, the one form the help and the messages promise."""
+    import re
+
     if value is None:
         return None
+    # fromisoformat alone is not enough: on Python 3.11+ it also takes 20261124 and 2026-W47-2.
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
+        raise UsageError(f"bad date {value!r}: expected YYYY-MM-DD")
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
@@ -149,14 +155,19 @@ def reports(
     raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None)))
 
 
-@app.command()
+# A query may start with an SQL comment (`-- note`): unknown "options" are kept as the argument.
+@app.command(context_settings={"ignore_unknown_options": True})
 def sql(
-    query: Annotated[str, typer.Argument(help="SQL to run on the warehouse (read-only)")],
+    query: Annotated[
+        str, typer.Argument(help="SQL to run on the warehouse (read-only); - reads it from stdin")
+    ],
     csv: Annotated[bool, typer.Option("--csv", help="print CSV instead of a table")] = False,
 ) -> None:
     """Run ad-hoc SQL on the warehouse."""
     from membersync.warehouse.cli import run_sql_cli
 
+    if query == "-":
+        query = sys.stdin.read()
     raise typer.Exit(guarded(lambda: run_sql_cli(query, as_csv=csv)))
 
 
