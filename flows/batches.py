@@ -317,6 +317,10 @@ def plan_batches(clients: Sequence[dict[str, Any]], size: int) -> list[Batch]:
     ]
 
 
+def client_numbers(batch: Batch) -> list[str]:
+    return [c["clientNumber"] for c in batch.clients]
+
+
 @dataclass
 class Failure:
     what: str  # "client 000417" or "membership M-12"

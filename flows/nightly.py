@@ -352,11 +352,18 @@ class NightRun:
         return sum(typed.rows.values())
 
     async def discover(self) -> list[str]:
-        """The night's clients (saved, so a resumed run reuses them) and its pending batch ids."""
+        """The night's clients and its pending batch ids.
+
+        The discovery is saved with the batch size it was cut by, so a resumed run syncs
+        exactly the clients its first run discovered, in the same batches, whatever the
+        rerun's settings say; a staged batch is reused only if it holds exactly its planned
+        clients, and any other staged batch is discarded (it would publish the wrong clients).
+        """
         self.progress.phase("discovery")
         saved = self.night.saved_discovery()
         if saved is not None:
-            discovery = B.summarize_discovery(saved, self.previous_watermark)
+            discovery = B.summarize_discovery(saved.clients, self.previous_watermark)
+            batch_size = saved.batch_size or self.options.batch_size
         else:
             since = (
                 None
@@ -364,27 +371,45 @@ class NightRun:
                 else B.modified_since(self.previous_watermark, self.options.watermark_overlap)
             )
             discovery = await B.discover(self.client, self.storecodes, since, self.previous_watermark)
-            await asyncio.to_thread(self.night.save_discovery, discovery.clients)
+            batch_size = self.options.batch_size
+            await asyncio.to_thread(self.night.save_discovery, discovery.clients, batch_size)
         self._discovery = discovery
         self.summary.clients = len(discovery.clients)
         self.summary.watermark = discovery.watermark
         # No client changed: one empty batch still records every client table (0 rows) for the night.
-        planned = B.plan_batches(discovery.clients, self.options.batch_size) or [B.Batch("00000", ())]
+        planned = B.plan_batches(discovery.clients, batch_size) or [B.Batch("00000", ())]
         self.batches = {b.id: b for b in planned}
-        done = self.night.done_batches()
-        pending = [b.id for b in planned if b.id not in done]
+        reused = await asyncio.to_thread(self._reusable_batches)
+        pending = [b.id for b in planned if b.id not in reused]
         self.summary.batches = len(planned)
-        self.summary.batches_skipped = len(planned) - len(pending)
-        done_clients = sum(len(b.clients) for b in planned if b.id in done)
+        self.summary.batches_skipped = len(reused)
+        done_clients = sum(len(self.batches[b].clients) for b in reused)
         self.progress.start_clients(len(discovery.clients), done_clients)
         log.info(
-            "night %s: %d clients in %d batches (%d already written)",
+            "night %s: %d clients in %d batches of %d (%d already written)",
             self.night_date,
             len(discovery.clients),
             len(planned),
-            len(planned) - len(pending),
+            batch_size,
+            len(reused),
         )
         return pending
+
+    def _reusable_batches(self) -> set[str]:
+        """Staged batches that hold exactly their planned clients; every other one is discarded."""
+        reusable = set()
+        for batch_id in sorted(self.night.done_batches() - {CONFIG_BATCH}):
+            batch = self.batches.get(batch_id)
+            if batch is not None and self.night.batch_fits(batch_id, B.client_numbers(batch)):
+                reusable.add(batch_id)
+                continue
+            log.warning(
+                "night %s: staged batch %s does not fit tonight's plan; fetching again",
+                self.night_date,
+                batch_id,
+            )
+            self.night.discard_batch(batch_id)
+        return reusable
 
     async def land_batch(self, batch_id: str) -> int:
         """Fetch, type and write one batch of clients; returns its client count."""
@@ -397,10 +422,16 @@ class NightRun:
 
     def _type_and_write(self, raw: B.RawBatch) -> None:
         typed = B.type_batch(raw, self.tz)
-        self.night.write_batch(raw.batch.id, typed.tables, typed.quarantine_table)
+        self.night.write_batch(
+            raw.batch.id, typed.tables, typed.quarantine_table, clients=B.client_numbers(raw.batch)
+        )
 
     async def commit(self) -> None:
-        """Record the night as committed (the manifest is written last)."""
+        """Record the night as committed (the manifest is written last).
+
+        The landing zone refuses to commit unless the staged batches hold exactly the
+        discovered clients; the summary's counts are then read from what was committed.
+        """
         self.progress.phase("commit")
         self._collect_stats()
         manifest = await asyncio.to_thread(
@@ -410,6 +441,7 @@ class NightRun:
             self.summary.stats(),
         )
         self.summary.rows = {name: files.rows for name, files in manifest.tables.items()}
+        self.summary.clients = manifest.clients_synced
         self.summary.quarantined = manifest.quarantine.rows
         self.summary.status = "committed"
 

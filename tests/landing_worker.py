@@ -62,7 +62,7 @@ def main() -> int:
         run = zone.open_night(night, "full")
         print(f"ready {run.run_id} resumed={run.resumed}", flush=True)
         if run.saved_discovery() is None:
-            run.save_discovery([{"clientNumber": f"{b:06d}"} for b in range(args.batches)])
+            run.save_discovery([{"clientNumber": f"{b:06d}"} for b in range(args.batches)], 1)
         done = run.done_batches()
         try:
             if args.fsize_limit and args.limit_at == "write":

@@ -29,6 +29,7 @@ from membersync.warehouse.landing import (
     LandingError,
     LandingWriteError,
     LandingZone,
+    SavedPlan,
 )
 from membersync.warehouse.manifest import read_manifests
 from membersync.warehouse.paths import DataDir
@@ -131,7 +132,7 @@ def test_modes_are_owner_only_whatever_the_umask(zone: LandingZone, open_umask: 
     land_night(zone, D1)
     with zone.lock():
         run = zone.open_night(D2, "full")  # a staged, uncommitted run too
-        run.save_discovery([{"clientNumber": "1"}])
+        run.save_discovery([{"clientNumber": "1"}], 1)
         run.write_batch("b0", *members(0, 2))
     paths = [zone.data_dir.root, *zone.data_dir.root.rglob("*")]
     assert len(paths) > 15
@@ -201,7 +202,7 @@ def test_an_interrupted_run_resumes_with_its_batches_and_discovery(zone: Landing
     with zone.lock():
         run = zone.open_night(D1, "full")
         assert not run.resumed and run.saved_discovery() is None
-        run.save_discovery([{"clientNumber": "000001", "password": CANARY}, {"clientNumber": "000002"}])
+        run.save_discovery([{"clientNumber": "000001", "password": CANARY}, {"clientNumber": "000002"}], 2)
         run.write_batch("b0", *members(0, 2))
         first_id = run.run_id
     # the process "died" here: no commit
@@ -209,7 +210,9 @@ def test_an_interrupted_run_resumes_with_its_batches_and_discovery(zone: Landing
         again = zone.open_night(D1, "full")
         assert again.resumed and again.run_id == first_id
         assert again.done_batches() == {"b0"}
-        assert again.saved_discovery() == [{"clientNumber": "000001"}, {"clientNumber": "000002"}]
+        assert again.saved_discovery() == SavedPlan(
+            [{"clientNumber": "000001"}, {"clientNumber": "000002"}], 2
+        )
         again.write_batch("b1", *members(2, 2))
         manifest = again.commit(None, 2, {})
     assert manifest.run_id == first_id
@@ -294,7 +297,7 @@ def test_secrets_never_reach_any_written_file(zone: LandingZone) -> None:
     assert quarantine.num_rows == 1
     with zone.lock():
         run = zone.open_night(D1, "full")
-        run.save_discovery([{"clientNumber": "1", "newPassword": CANARY}])
+        run.save_discovery([{"clientNumber": "1", "newPassword": CANARY}], 1)
         run.write_batch("b0", {k: v.table for k, v in landed.items()}, quarantine)
         staged = [p for p in zone.data_dir.root.rglob("*") if p.is_file()]
         run.commit(None, 1, {})
@@ -473,3 +476,18 @@ def test_a_failed_write_keeps_the_previous_night_published(zone: LandingZone, li
     code, lines = finish(worker(zone.data_dir.root, D2, "3", "400"))  # without the limit: done
     assert code == 0, lines
     assert zone.read("memberships", D2).num_rows == 1200
+
+
+def test_a_staged_batch_fits_only_its_own_client_set(zone: LandingZone) -> None:
+    """Defect 1 of issue 8: a batch is reused by its recorded client set, never by its number alone."""
+    with zone.lock():
+        run = zone.open_night(D1, "full")
+        tables, quarantine = members(0, 2)
+        run.write_batch("00000", tables, quarantine, clients=["000001", "000002"])
+        assert run.batch_fits("00000", ["000001", "000002"])
+        assert not run.batch_fits("00000", ["000001", "000002", "000003"])  # cut by a bigger batch size
+        assert not run.batch_fits("00000", ["000001"])
+        run.write_batch("00001", *members(2, 2))  # a marker without a client set never fits
+        assert not run.batch_fits("00001", [])
+        run.discard_batch("00001")
+        assert run.done_batches() == {"00000"}

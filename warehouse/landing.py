@@ -34,13 +34,14 @@ import contextlib
 import datetime as dt
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -478,6 +479,19 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+@dataclass(frozen=True)
+class SavedPlan:
+    """A run's saved discovery: its clients (sorted) and the batch size they were cut by."""
+
+    clients: list[dict[str, Any]]
+    batch_size: int | None
+
+
+def client_digest(clients: Sequence[str]) -> str:
+    """A short fingerprint of a batch's client numbers (order matters: batches are sorted)."""
+    return hashlib.sha256("\n".join(clients).encode()).hexdigest()[:32]
+
+
 # --- a night being written --------------------------------------------------------------------------
 
 
@@ -499,20 +513,35 @@ class Night:
 
     # -- discovery ------------------------------------------------------------------------------
 
-    def saved_discovery(self) -> list[dict[str, Any]] | None:
-        """The client list saved by this run (before an interruption), or None."""
+    def saved_discovery(self) -> SavedPlan | None:
+        """The client list and batch size saved by this run (before an interruption), or None.
+
+        A run saved before the batch size was recorded has ``batch_size`` None; its staged
+        batches are then reused only when their recorded client sets match (see
+        :meth:`batch_fits`).
+        """
         value = _read_json(self.folder / "discovery.json")
         if isinstance(value, list) and all(isinstance(v, dict) for v in value):
-            return value
+            return SavedPlan(value, None)
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("clients"), list)
+            and all(isinstance(v, dict) for v in value["clients"])
+            and isinstance(value.get("batch_size"), int)
+            and value["batch_size"] >= 1
+        ):
+            return SavedPlan(value["clients"], value["batch_size"])
         if value is not None:
             log.warning("night %s: saved discovery is malformed; discovering again", self.night)
         return None
 
-    def save_discovery(self, clients: list[dict[str, Any]]) -> None:
-        """Keep the client list, so a resumed run forms the same batches (secrets scrubbed)."""
+    def save_discovery(self, clients: list[dict[str, Any]], batch_size: int) -> None:
+        """Keep the client list and the batch size, so a resumed run forms the same batches,
+        whatever the settings of the rerun say (secrets scrubbed)."""
         self._check_open("save_discovery")
+        body = to_json({"format": 2, "batch_size": batch_size, "clients": clients})
         try:
-            _write_bytes_atomic(self.folder / "discovery.json", to_json(clients).encode())
+            _write_bytes_atomic(self.folder / "discovery.json", body.encode())
         except OSError as exc:
             raise LandingWriteError(
                 f"cannot save discovery of night {self.night}: {_describe(exc)}"
@@ -529,10 +558,40 @@ class Night:
             if p.name.endswith(".done") and TMP_MARK not in p.name
         }
 
+    def batch_fits(self, batch_id: str, clients: Sequence[str]) -> bool:
+        """Whether the staged, done batch ``batch_id`` holds exactly ``clients``."""
+        body = _read_json(self.batches / f"{batch_id}.done")
+        recorded = body.get("clients") if isinstance(body, dict) else None
+        return (
+            isinstance(recorded, dict)
+            and recorded.get("count") == len(clients)
+            and recorded.get("digest") == client_digest(clients)
+        )
+
+    def discard_batch(self, batch_id: str) -> None:
+        """Forget a staged batch (marker first, so it is never half-counted as done)."""
+        self._check_open("discard_batch")
+        try:
+            _remove(self.batches / f"{batch_id}.done")
+            _fsync_dir(self.batches)
+            _remove(self.batches / batch_id)
+        except OSError as exc:
+            raise LandingWriteError(
+                f"cannot discard batch {batch_id!r} of night {self.night}: {_describe(exc)}"
+            ) from None
+
     def write_batch(
-        self, batch_id: str, tables: Mapping[str, pa.Table], quarantine: pa.Table | None = None
+        self,
+        batch_id: str,
+        tables: Mapping[str, pa.Table],
+        quarantine: pa.Table | None = None,
+        clients: Sequence[str] | None = None,
     ) -> None:
-        """Stage one batch atomically: all its tables (and quarantine) or none, then a done marker."""
+        """Stage one batch atomically: all its tables (and quarantine) or none, then a done marker.
+
+        ``clients``, the batch's client numbers, are recorded in the marker as a digest, so a
+        resumed run reuses the batch only for exactly the same clients (:meth:`batch_fits`).
+        """
         self._check_open("write_batch")
         if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id) or TMP_MARK in batch_id:
             raise ValueError(f"bad batch id {batch_id!r}: use letters, digits, '.', '_', '-' (max 128)")
@@ -560,7 +619,9 @@ class Night:
             _fsync_dir(tmp)
             os.rename(tmp, final)
             _fsync_dir(self.batches)
-            body = {"batch": batch_id, "tables": rows, "quarantine": by_table}
+            body: dict[str, Any] = {"batch": batch_id, "tables": rows, "quarantine": by_table}
+            if clients is not None:
+                body["clients"] = {"count": len(clients), "digest": client_digest(clients)}
             _write_bytes_atomic(marker, json.dumps(body, sort_keys=True).encode())
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -582,6 +643,7 @@ class Night:
             raise ValueError(f"commit stats must be JSON: {exc}") from None
         crashpoint("before_commit")
         markers = self._markers()
+        _check_complete(self.night, clients_synced, markers)
         landing = self.zone.data_dir.landing
         partition = f"snapshot_date={self.night.isoformat()}"
         tables: dict[str, list[str]] = {}
@@ -676,6 +738,26 @@ class Night:
         self.zone._require_lock(what)
         if self.committed is not None:
             raise LandingError(f"night {self.night} (run {self.run_id}) is already committed")
+
+
+def _check_complete(night: dt.date, expected: int, markers: list[tuple[str, dict[str, Any]]]) -> None:
+    """Refuse a commit whose staged batches do not hold exactly the night's discovered clients.
+
+    Every synced client has one ``synced_clients`` row (or a quarantined one); a count that
+    differs means a batch is missing or was cut from another plan, and committing would lose
+    clients while saying it did not. (Landing tests that stage other tables only skip this.)
+    """
+    if not any("synced_clients" in body["tables"] for _, body in markers):
+        return
+    got = sum(
+        body["tables"].get("synced_clients", 0) + body["quarantine"].get("synced_clients", 0)
+        for _, body in markers
+    )
+    if got != expected:
+        raise LandingError(
+            f"night {night}: the staged batches hold {got} clients but the night discovered "
+            f"{expected}; not committing (rerun the night to fetch the missing ones)"
+        )
 
 
 def _checked(name: str, table: pa.Table) -> pa.Table:
