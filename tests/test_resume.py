@@ -45,7 +45,8 @@ def test_resume_after_a_batch_size_change_lands_every_discovered_client(
     killed = _sync({**env, "MEMBERSYNC_BATCH_SIZE": "50", "MEMBERSYNC_CRASH_AT": "after_batch_landed:2"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     staged = data_dir / "landing" / "_staging" / NIGHT.isoformat() / "batches"
-    assert sorted(p.name for p in staged.glob("*.done")) == ["00000.done", "config.done"]
+    client_batches = [p.name for p in staged.glob("0*.done")]
+    assert len(client_batches) == 1, client_batches  # two batches are in flight: either may finish first
 
     rerun = _sync(env)  # the default batch size (250)
     assert rerun.returncode == 0, rerun.stderr
