@@ -32,7 +32,7 @@ import re
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +66,10 @@ class BuildError(RuntimeError):
 
 class BuildInputError(BuildError, ValueError):
     """The landing zone cannot be built from (no committed night, a manifest names a missing file)."""
+
+
+class BuildStaleError(BuildError):
+    """A newer warehouse was published while this build ran; the newer one is kept."""
 
 
 class BuildCheckError(BuildError):
@@ -261,7 +265,7 @@ def build_warehouse(data_dir: DataDir, *, sql_dir: Path | None = None) -> BuildR
             checker.write_log()
             rows = checker.rows
             con.execute("CHECKPOINT")
-        _publish(tmp, data_dir.warehouse_db)
+        _publish(tmp, data_dir.warehouse_db, {m.snapshot_date: m.committed_at for m in manifests})
     finally:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             with contextlib.suppress(FileNotFoundError):
@@ -289,8 +293,19 @@ def build_warehouse(data_dir: DataDir, *, sql_dir: Path | None = None) -> BuildR
     return result
 
 
-def _publish(tmp: Path, target: Path) -> None:
-    """Swap the new file in atomically; readers holding the old one keep it."""
+def _publish(tmp: Path, target: Path, nights: Mapping[dt.date, str]) -> None:
+    """Swap the new file in atomically; readers holding the old one keep it.
+
+    Never backwards: a build that read the manifests before a newer night was committed (and
+    built by someone else) must not replace that newer warehouse with its older one. Writers
+    hold the data dir's lock, so this is the last line of defence for a caller who does not.
+    """
+    newer = _newer_nights(_published_nights(target), nights)
+    if newer:
+        raise BuildStaleError(
+            f"a newer warehouse was published while this build ran (it holds night(s) "
+            f"{', '.join(d.isoformat() for d in newer)} newer than this build's); keeping the newer one"
+        )
     os.chmod(tmp, FILE_MODE)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
@@ -306,6 +321,23 @@ def _publish(tmp: Path, target: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _published_nights(path: Path) -> dict[dt.date, str]:
+    """Night -> ``committed_at`` of the warehouse published at ``path`` (empty: none readable)."""
+    if not path.is_file():
+        return {}
+    try:
+        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
+            rows = con.execute("SELECT snapshot_date, committed_at FROM meta.nights").fetchall()
+    except duckdb.Error:
+        return {}  # unreadable, or from an older layout: replacing it is right
+    return dict(rows)
+
+
+def _newer_nights(published: Mapping[dt.date, str], ours: Mapping[dt.date, str]) -> list[dt.date]:
+    """Nights the published warehouse holds that this build lacks, or holds in a later commit."""
+    return sorted(d for d, at in published.items() if d not in ours or at > ours[d])
 
 
 def _remove_stale_temporaries(root: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
 from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
+from membersync.warehouse.landing import AlreadyRunning, LandingZone
 from membersync.warehouse.manifest import ManifestError
 from membersync.warehouse.paths import DataDir
 from rich.console import Console
@@ -53,8 +54,18 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None) -> int:
                 f"night {night.isoformat()} is not committed "
                 f"(newest committed night: {nights[-1].isoformat()})"
             )
-        result = build_warehouse(data_dir)
-        paths = export_reports(data_dir, night, names)
+        # Every writer of the warehouse holds the data dir's lock: a build racing a sync could
+        # otherwise publish an older warehouse over the one the sync just built.
+        with LandingZone(data_dir).lock():
+            result = build_warehouse(data_dir)
+            paths = export_reports(data_dir, night, names)
+    except AlreadyRunning as exc:
+        err.print(
+            f"[bold red]error:[/] {exc}; it rebuilds the warehouse when it commits, "
+            "or run `membersync reports` again after it",
+            soft_wrap=True,
+        )
+        return 1
     except (ExportError, BuildInputError, ManifestError) as exc:
         raise _usage_error(str(exc)) from None
     except BuildError as exc:
