@@ -62,6 +62,8 @@ def read_csv(path: Path) -> list[list[str]]:
 def test_files_names_modes_and_bom(exported) -> None:
     data_dir, _, paths = exported
     night = sc.NIGHTS[1]
+    *paths, workbook = paths  # the workbook comes last (tests/test_warehouse_xlsx.py)
+    assert workbook.name == "reports_2026-03-02.xlsx"
     assert [p.name for p in paths] == [f"{name}_2026-03-02.csv" for name in REPORT_NAMES]
     for name, path in zip(REPORT_NAMES, paths, strict=True):
         assert path == report_path(data_dir, name, night) == data_dir.reports / "2026-03-02" / path.name
@@ -159,7 +161,7 @@ def test_reruns_write_byte_identical_csvs(tmp_path: Path) -> None:
     first = {p.name: p.read_bytes() for p in export_reports(data_dir, sc.NIGHTS[2])}
     build_warehouse(data_dir)
     second = {p.name: p.read_bytes() for p in export_reports(data_dir, sc.NIGHTS[2])}
-    assert first == second and len(first) == len(REPORT_NAMES)
+    assert first == second and len(first) == len(REPORT_NAMES) + 1  # the CSVs and the workbook
 
 
 def test_unknown_report_and_unknown_night(exported) -> None:
@@ -183,10 +185,14 @@ def test_cli_reports_rebuilds_and_exports(tmp_path: Path) -> None:
     result = invoke(data_dir.root, "reports")
     assert result.exit_code == 0, result.output
     out_dir = data_dir.reports / "2026-03-02"
-    assert sorted(p.name for p in out_dir.iterdir()) == sorted(f"{n}_2026-03-02.csv" for n in REPORT_NAMES)
+    expected = sorted([*(f"{n}_2026-03-02.csv" for n in REPORT_NAMES), "reports_2026-03-02.xlsx"])
+    assert sorted(p.name for p in out_dir.iterdir()) == expected
     result = invoke(data_dir.root, "reports", "--date", "2026-03-01", "--report", "top_debtors")
     assert result.exit_code == 0, result.output
-    assert [p.name for p in (data_dir.reports / "2026-03-01").iterdir()] == ["top_debtors_2026-03-01.csv"]
+    assert sorted(p.name for p in (data_dir.reports / "2026-03-01").iterdir()) == [
+        "reports_2026-03-01.xlsx",
+        "top_debtors_2026-03-01.csv",
+    ]
 
 
 def test_cli_reports_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Export the reports of one night as CSV files for managers.
+"""Export the reports of one night as CSV files and one XLSX workbook for managers.
 
 ``DATA_DIR/reports/YYYY-MM-DD/<report>_YYYY-MM-DD.csv``, one file per report:
 
@@ -10,6 +10,10 @@
 - rows in a stable order (storecode in byte order, then the report's own keys), so a rerun on
   the same data writes byte-identical files;
 - each file written atomically (temporary file, fsync, rename), readable by its owner only.
+
+``DATA_DIR/reports/YYYY-MM-DD/reports_YYYY-MM-DD.xlsx`` holds the same rows (one sheet per report,
+see :mod:`membersync.warehouse.workbook`): a spreadsheet opens it without losing the leading zeros
+of client numbers or the second decimal of money, which it does with a CSV.
 
 ``revenue_by_store_day`` has no night of its own: its file holds every business day of the
 whole history up to and including the night (each transaction in its newest fetched version).
@@ -33,6 +37,7 @@ from typing import Any
 
 import duckdb
 from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.workbook import render_workbook
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +76,21 @@ class Report:
     order_by: str
     per_night: bool = True  # False: the whole history up to the night (business_date <= night)
     total: TotalRow | None = None
+    sheet: str = ""  # the workbook's sheet title (at most 31 characters, Excel's limit)
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """One report of one night as exported: the same rows feed the CSV and the workbook sheet."""
+
+    report: Report
+    header: list[str]
+    types: list[str]  # the DuckDB type of each column, e.g. "DECIMAL(38,2)", "VARCHAR", "DATE"
+    rows: list[list[Any]]  # in export order; the TOTAL row last when the report has one
+
+    @property
+    def has_total(self) -> bool:
+        return self.report.total is not None
 
 
 REPORTS: dict[str, Report] = {
@@ -82,6 +102,7 @@ REPORTS: dict[str, Report] = {
             total=TotalRow(
                 ("clients_owing", "amount_owed", "clients_in_credit", "credit_amount", "net_balance")
             ),
+            sheet="Outstanding balances",
         ),
         Report(
             "frozen_memberships_by_store",
@@ -90,24 +111,33 @@ REPORTS: dict[str, Report] = {
                 ("active", "frozen", "on_hold", "canceled", "expired", "other"),
                 derived={"frozen_rate": _frozen_rate},
             ),
+            sheet="Frozen memberships",
         ),
         Report(
             "points_liability_by_store",
             "storecode",
             total=TotalRow(("clients_with_points", "points_outstanding")),
+            sheet="Points liability",
         ),
         Report(
             "eft_draw_forecast",
             "storecode, draw_day",
             total=TotalRow(("active_eft_memberships", "monthly_dues_total")),
+            sheet="EFT draw forecast",
         ),
-        Report("revenue_by_store_day", "storecode, business_date, type", per_night=False),
+        Report(
+            "revenue_by_store_day",
+            "storecode, business_date, type",
+            per_night=False,
+            sheet="Revenue by store and day",
+        ),
         Report(
             "membership_status_daily",
             "storecode, CASE status WHEN 'active' THEN 1 WHEN 'frozen' THEN 2 WHEN 'on_hold' THEN 3 "
             "WHEN 'canceled' THEN 4 WHEN 'expired' THEN 5 ELSE 6 END, status",
+            sheet="Membership status daily",
         ),
-        Report("top_debtors", "storecode, balance DESC, client_number"),
+        Report("top_debtors", "storecode, balance DESC, client_number", sheet="Top debtors"),
     )
 }
 REPORT_NAMES: tuple[str, ...] = tuple(REPORTS)
@@ -127,10 +157,15 @@ def report_path(data_dir: DataDir, report: str, night: dt.date) -> Path:
     return data_dir.reports / night.isoformat() / f"{report}_{night.isoformat()}.csv"
 
 
+def workbook_path(data_dir: DataDir, night: dt.date) -> Path:
+    return data_dir.reports / night.isoformat() / f"reports_{night.isoformat()}.xlsx"
+
+
 def export_reports(
     data_dir: DataDir, night: dt.date | None = None, reports: list[str] | None = None
 ) -> list[Path]:
-    """Write the CSVs of ``night`` (default: the newest night of the warehouse); return their paths."""
+    """Write the CSVs and the workbook of ``night`` (default: the newest night of the warehouse);
+    return their paths, the workbook last."""
     names = check_report_names(reports)
     if not data_dir.warehouse_db.is_file():
         raise ExportError(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
@@ -145,29 +180,32 @@ def export_reports(
                 f"night {night.isoformat()} is not in the warehouse (committed nights: "
                 f"{nights[0].isoformat()} .. {nights[-1].isoformat()}, {len(nights)} in all)"
             )
-        written = []
-        for name in names:
-            header, rows = report_rows(con, REPORTS[name], night)
-            path = report_path(data_dir, name, night)
-            write_csv_atomic(path, render_csv(header, rows))
-            written.append(path)
-    log.info("exported %d report(s) of %s to %s", len(written), night.isoformat(), written[0].parent)
+        tables = [read_report(con, REPORTS[name], night) for name in names]
+    written = []
+    for table in tables:
+        path = report_path(data_dir, table.report.name, night)
+        write_file_atomic(path, render_csv(table.header, table.rows))
+        written.append(path)
+    path = workbook_path(data_dir, night)
+    write_file_atomic(path, render_workbook(tables, night))
+    written.append(path)
+    log.info("exported %d report(s) of %s to %s", len(tables), night.isoformat(), path.parent)
     return written
 
 
-def report_rows(
-    con: duckdb.DuckDBPyConnection, report: Report, night: dt.date
-) -> tuple[list[str], list[list[Any]]]:
-    """The report's header and rows for the night, in export order, with its TOTAL row if any."""
+def read_report(con: duckdb.DuckDBPyConnection, report: Report, night: dt.date) -> ReportTable:
+    """The report's header, column types and rows for the night, in export order, with its TOTAL row."""
     where = "snapshot_date = ?" if report.per_night else "business_date <= ?"
     cursor = con.execute(
         f"SELECT * FROM reports.{report.name} WHERE {where} ORDER BY {report.order_by}", [night]
     )
-    header = [d[0] for d in cursor.description or []]
+    description = cursor.description or []
+    header = [d[0] for d in description]
+    types = [str(d[1]) for d in description]
     rows = [list(r) for r in cursor.fetchall()]
     if report.total is not None:
         rows.append(total_row(header, rows, report.total, night))
-    return header, rows
+    return ReportTable(report, header, types, rows)
 
 
 def total_row(header: list[str], rows: list[list[Any]], spec: TotalRow, night: dt.date) -> list[Any]:
@@ -234,7 +272,7 @@ def render_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> bytes:
     return buffer.getvalue().encode("utf-8-sig")
 
 
-def write_csv_atomic(path: Path, content: bytes) -> None:
+def write_file_atomic(path: Path, content: bytes) -> None:
     """Write ``content`` to ``path`` whole or not at all (0600), replacing any earlier file."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
