@@ -209,7 +209,12 @@ def check(
 # Debian packages the tests drive as real parts (a browser, an office suite to open the XLSX as a
 # manager would). `membersync check` installs the missing ones when it can (root with apt-get, as on
 # a fresh CI machine); the tests that need them fail with a clear message when they are absent.
-SYSTEM_PACKAGES: dict[str, str] = {}  # executable -> Debian package
+SYSTEM_PACKAGES: dict[str, str] = {  # executable -> Debian package
+    # tests/test_warehouse_xlsx.py opens the report workbook in LibreOffice Calc and reads the PDF;
+    # the -nogui build is the smallest headless soffice with Calc (no X11/GTK).
+    "soffice": "libreoffice-calc-nogui",
+    "pdftotext": "poppler-utils",
+}
 
 
 def ensure_system_packages() -> None:
