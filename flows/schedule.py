@@ -79,6 +79,36 @@ def wait_healthy(api_url: str, timeout: float, process: subprocess.Popen[bytes] 
     raise RuntimeError(f"the Prefect server at {api_url} did not become ready within {timeout:.0f} s")
 
 
+def ui_url(api_url: str) -> str:
+    """The UI's address on a Prefect server: its API URL without the trailing ``/api``."""
+    return api_url.removesuffix("/").removesuffix("/api")
+
+
+def server_env(port: int) -> dict[str, str]:
+    """The environment of the ``prefect server start`` child listening on 127.0.0.1:``port``.
+
+    The UI asks its server for the API address to call from the browser (``/ui-settings``); left
+    alone that is Prefect's default ``127.0.0.1:4200/api`` (derived from the host/port settings,
+    not from ``--port``), and the browser shows "Can't connect to Server API". So the server's
+    own host, port and URLs are set, under every name Prefect 3 reads them from.
+    """
+    api_url = f"http://127.0.0.1:{port}/api"
+    return {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_SERVER_UI_API_URL": api_url,
+        "PREFECT_UI_API_URL": api_url,  # the legacy alias, so an inherited value cannot win
+        "PREFECT_UI_URL": ui_url(api_url),
+    }
+
+
+def run_hint(api_url: str, flow_name: str) -> str:
+    """The command that starts a run of the deployment now, from any shell."""
+    return f"PREFECT_API_URL={api_url} prefect deployment run '{flow_name}/{DEPLOYMENT_NAME}'"
+
+
 @contextlib.contextmanager
 def prefect_server(log_dir: Path) -> Iterator[str]:
     """``PREFECT_API_URL`` when set; else a ``prefect server start`` on loopback, stopped on exit."""
@@ -101,11 +131,11 @@ def prefect_server(log_dir: Path) -> Iterator[str]:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+            env=server_env(port),
         )
     try:
         wait_healthy(api_url, SERVER_START_TIMEOUT, process)
-        err.print(f"Prefect server ready: UI at http://127.0.0.1:{port}")
+        err.print(f"Prefect server ready: UI at {ui_url(api_url)}", soft_wrap=True)
         yield api_url
     finally:
         stop_process(process)
@@ -128,7 +158,7 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
         os.environ["PREFECT_API_URL"] = api_url  # the runner's flow-run subprocesses inherit it
         from membersync.flows.prefect_flow import nightly_sync
         from prefect.schedules import Cron, Interval
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
         from prefect.types.entrypoint import EntrypointType
 
         schedule = (
@@ -138,13 +168,21 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
         )
         what = f"every {interval} s" if interval is not None else f"cron {cron!r} ({timezone})"
         err.print(f"serving the nightly sync {what}; data dir {data_dir.root}; Ctrl-C stops")
+        # soft_wrap: a URL or a command cut by the console's width cannot be copied.
+        # Prefect's own starting message suggests `prefect deployment run` without the API URL,
+        # which from another shell would reach no server (or the ephemeral one): ours names it.
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            ui = PREFECT_UI_URL.value()  # Prefect's own derivation (Prefect Cloud's UI differs)
+            where = f": runs at {ui}/runs" if ui else ""
+            err.print(f"deployment {nightly_sync.name}/{DEPLOYMENT_NAME}{where}", soft_wrap=True)
+            err.print(f"run a night now: {run_hint(api_url, nightly_sync.name)}", soft_wrap=True)
             nightly_sync.serve(
                 name=DEPLOYMENT_NAME,
                 schedules=[schedule],
                 entrypoint_type=EntrypointType.MODULE_PATH,
                 description="membersync: one night of sync, then the warehouse build and reports",
                 limit=1,  # one night at a time (the data dir's lock would refuse a second anyway)
+                print_starting_message=False,
             )
     return 0
 

@@ -1,0 +1,173 @@
+"""``membersync serve``'s Prefect UI, seen in a real browser (headless Debian chromium via playwright).
+
+The server ``serve`` launches must hand its UI its own API address: the UI fetches it from
+``/ui-settings`` and calls it from the browser, so only a browser shows whether it is right.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FLOW, DEPLOYMENT, ARTIFACT = "membersync-nightly", "nightly", "membersync-night-summary"
+UNREACHABLE_API = "Can't connect to Server API"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail(
+            "chromium is not installed: `membersync check` installs it (SYSTEM_PACKAGES in flows/cli.py; "
+            "needs root), or run `apt-get install -y chromium`"
+        )
+    return path
+
+
+def serve_env(sandbox: Any, tmp_path: Path) -> dict[str, str]:
+    """Only the sandbox's settings: no inherited PREFECT_API_URL, so serve launches its own server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMBERSYNC_", "PREFECT_"))}
+    env.update(
+        MEMBERSYNC_BASE_URL=sandbox.url,
+        MEMBERSYNC_USERNAME="sandbox",
+        MEMBERSYNC_PASSWORD="sandbox",
+        MEMBERSYNC_DATA_DIR=str(tmp_path / "data"),
+        MEMBERSYNC_BUILD="off",  # the UI is under test, not the warehouse
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_RUNNER_POLL_FREQUENCY="2",  # the runner picks up the first scheduled night sooner
+        COLUMNS="200",
+    )
+    return env
+
+
+class Lines:
+    """A child's stderr, collected by a thread (it writes far more than a pipe buffer holds)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float, alive: Callable[[], bool]) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and alive():
+            for line in list(self.lines):
+                if match := re.search(pattern, line):
+                    return match
+            time.sleep(0.2)
+        raise AssertionError(f"serve never printed /{pattern}/:\n{self.text()[-3000:]}")
+
+
+@contextmanager
+def running_serve(env: dict[str, str], interval: int) -> Iterator[tuple[subprocess.Popen[bytes], Lines]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "membersync.flows.cli", "serve", "--interval", str(interval)],
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        yield proc, Lines(proc.stderr)
+    finally:
+        # SIGINT to serve alone: its runner pauses the deployment on the server, then serve stops
+        # the server itself (a signal to the whole group would kill the server first).
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_for_completed_run(api_url: str, timeout: float, alive: Callable[[], bool]) -> None:
+    """Until the API holds a COMPLETED flow run (the UI shows what the API holds when it loads)."""
+    body = {"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}, "limit": 1}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        if httpx.post(f"{api_url}/flow_runs/filter", json=body, timeout=5).json():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no completed flow run on {api_url} within {timeout:.0f} s")
+
+
+def wait_for_texts(page: Any, texts: list[str], timeout: float) -> str:
+    """Poll the page's visible text until every one of ``texts`` is in it; return that text."""
+    deadline = time.monotonic() + timeout
+    body = ""
+    while time.monotonic() < deadline:
+        body = page.inner_text("body")
+        assert UNREACHABLE_API not in body, f"the UI at {page.url} cannot reach its API:\n{body[:1000]}"
+        if all(t in body for t in texts):
+            return body
+        time.sleep(0.5)
+    missing = [t for t in texts if t not in body]
+    raise AssertionError(f"{page.url} never showed {missing} within {timeout:.0f} s:\n{body[:2000]}")
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+@pytest.mark.timeout(300)
+def test_serve_ui_shows_the_deployment_a_completed_run_and_its_artifact(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    chromium = chromium_path()
+    sandbox = fresh_sandbox(clients=10)
+    with running_serve(serve_env(sandbox, tmp_path), interval=3) as (proc, out):
+
+        def alive() -> bool:
+            return proc.poll() is None
+
+        ui = out.wait_for(r"UI at (http://127\.0\.0\.1:\d+)\s*$", 200, alive).group(1)
+        hint = f"PREFECT_API_URL={ui}/api prefect deployment run '{FLOW}/{DEPLOYMENT}'"
+        out.wait_for(re.escape(hint), 30, alive)
+        wait_for_completed_run(f"{ui}/api", 150, alive)
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(f"{ui}/runs")
+                runs = wait_for_texts(page, [FLOW, "Completed"], 60)
+                page.screenshot(path=tmp_path / "serve-ui-runs.png", full_page=True)
+                assert re.search(rf"Deployment\s+{DEPLOYMENT}\b", runs), runs[:2000]
+                page.goto(f"{ui}/artifacts")
+                wait_for_texts(page, [ARTIFACT], 60)
+                page.screenshot(path=tmp_path / "serve-ui-artifacts.png")
+            finally:
+                browser.close()
