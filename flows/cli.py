@@ -214,6 +214,8 @@ SYSTEM_PACKAGES: dict[str, str] = {  # executable -> Debian package
     # the -nogui build is the smallest headless soffice with Calc (no X11/GTK).
     "soffice": "libreoffice-calc-nogui",
     "pdftotext": "poppler-utils",
+    # tests/test_serve_ui.py opens `membersync serve`'s Prefect UI in headless chromium (playwright).
+    "chromium": "chromium",
 }
 
 
