@@ -300,6 +300,12 @@ def test_libreoffice_shows_leading_zeros_accents_and_two_decimals(exported, tmp_
         assert shown[:-1] not in tokens
     assert all(re.fullmatch(r"-?[\d,]+\.\d\d", money_shown(a)) for a in amounts)
     assert {"snapshot_date", "client_number", "TOTAL", "2026-03-02"} <= tokens  # headers, totals, dates
+    # booleans read TRUE/FALSE (not 1/0) on each debtor's line
+    lines = text.splitlines()
+    eft = debtors[0].index("eft_on_file")
+    for row, number in zip(debtors[1:], numbers, strict=True):
+        line = next(line for line in lines if number in line.split())
+        assert ("TRUE" if row[eft] == "true" else "FALSE") in line.split(), line
 
 
 def test_a_sandbox_night_exports_a_workbook_libreoffice_shows_with_accented_names(

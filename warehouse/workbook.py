@@ -37,6 +37,8 @@ RATE_FORMAT = "0.0000"
 INTEGER_FORMAT = "0"
 DATE_FORMAT = "yyyy-mm-dd"
 DATETIME_FORMAT = "yyyy-mm-dd hh:mm:ss"
+# LibreOffice shows a boolean cell of format General as 1/0 now and then; this shows TRUE/FALSE.
+BOOLEAN_FORMAT = '"TRUE";"TRUE";"FALSE"'
 TEXT_FORMAT = "@"  # a value typed into a text column later stays text (a client number keeps its zeros)
 
 MAX_SHEET_TITLE = 31  # Excel refuses longer sheet names
@@ -88,7 +90,9 @@ def column_style(duckdb_type: str) -> ColumnStyle:
         return ColumnStyle(DATE_FORMAT)
     if duckdb_type.startswith("TIMESTAMP"):
         return ColumnStyle(DATETIME_FORMAT)
-    if duckdb_type in ("DOUBLE", "FLOAT", "BOOLEAN"):
+    if duckdb_type == "BOOLEAN":
+        return ColumnStyle(BOOLEAN_FORMAT)
+    if duckdb_type in ("DOUBLE", "FLOAT"):
         return ColumnStyle("General")
     return ColumnStyle(TEXT_FORMAT)
 
@@ -103,7 +107,11 @@ class _Formats:
     def get(self, number_format: str, bold: bool = False) -> Format:
         key = (number_format, bold)
         if key not in self.made:
-            self.made[key] = self.workbook.add_format({"num_format": number_format, "bold": bold})
+            properties: dict[str, Any] = {"num_format": number_format, "bold": bold}
+            if number_format in (DATE_FORMAT, DATETIME_FORMAT):
+                # centred: a right-aligned date would run into the left-aligned text beside it
+                properties["align"] = "center"
+            self.made[key] = self.workbook.add_format(properties)
         return self.made[key]
 
 
