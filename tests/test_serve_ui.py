@@ -161,10 +161,10 @@ def test_serve_ui_shows_the_deployment_a_completed_run_and_its_artifact(
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page = browser.new_page(viewport={"width": 1400, "height": 1300})  # room for the runs list
                 page.goto(f"{ui}/runs")
                 runs = wait_for_texts(page, [FLOW, "Completed"], 60)
-                page.screenshot(path=tmp_path / "serve-ui-runs.png", full_page=True)
+                page.screenshot(path=tmp_path / "serve-ui-runs.png")
                 assert re.search(rf"Deployment\s+{DEPLOYMENT}\b", runs), runs[:2000]
                 page.goto(f"{ui}/artifacts")
                 wait_for_texts(page, [ARTIFACT], 60)
