@@ -127,10 +127,14 @@ def sync(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Sync one night: configuration, discovery, per-client data; land; build reports."""
+    from membersync.flows.interrupt import EXIT_INTERRUPTED, leave_now
     from membersync.flows.nightly import run_sync_cli
 
     night = guarded(lambda: parse_date(date))
-    raise typer.Exit(run_sync_cli(night, full=full, progress=progress))
+    code = run_sync_cli(night, full=full, progress=progress)
+    if code == EXIT_INTERRUPTED:
+        leave_now()  # the lock is released and the line said; skip Prefect's slow exit hooks
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -189,10 +189,10 @@ class RunSummary:
             ("batches", f"{self.batches} ({self.batches_skipped} reused from the interrupted run)"),
             ("history window", self.window),
             ("requests", f"{self.requests:,}"),
-            ("requests/s", f"{self.requests_per_s:,.0f}"),
+            ("requests/s (night average)", f"{self.requests_per_s:,.0f}"),
             ("retries", f"{self.retries:,}"),
             ("429 answers", f"{self.status_429:,}"),
-            ("duration", f"{self.duration_s:,.1f} s"),
+            ("night duration (from opening the night)", f"{self.duration_s:,.1f} s"),
             ("watermark", self.watermark or "-"),
             ("warehouse build", self.build),
         ]
@@ -457,7 +457,8 @@ class NightRun:
         await asyncio.to_thread(build_warehouse, self.data_dir)
         paths = await asyncio.to_thread(export_reports, self.data_dir, self.night_date, None)
         self.summary.reports = [str(p) for p in paths]
-        self.summary.build = f"ok ({len(paths)} reports)"
+        csvs = sum(1 for p in paths if p.suffix == ".csv")
+        self.summary.build = f"ok ({csvs} reports and their workbook)"
 
     def _collect_stats(self) -> None:
         self.summary.duration_s = time.perf_counter() - self._started

@@ -59,7 +59,8 @@ class NullProgress:
 
 
 class _RequestsColumn(ProgressColumn):
-    """requests/s over the last few seconds, retries and 429s, read from the client's stats."""
+    """requests/s over the last ~5 seconds ("now": the summary gives the night's average), retries
+    and 429s, read from the client's stats."""
 
     def __init__(self, owner: RichProgress) -> None:
         super().__init__()
@@ -75,7 +76,7 @@ class _RequestsColumn(ProgressColumn):
         first_t, first_n = self.samples[0]
         rate = (self.samples[-1][1] - first_n) / (now - first_t) if now > first_t else 0.0
         return Text(
-            f"{rate:,.0f} req/s  {int(stats.requests):,} requests  "
+            f"{rate:,.0f} req/s now  {int(stats.requests):,} requests  "
             f"{int(stats.retries):,} retries  {int(stats.status_429):,} x 429",
             style="cyan",
         )

@@ -16,16 +16,21 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, SettingsError
-from membersync.flows import nightly
+from membersync.flows import logfile, nightly
+from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.progress import NullProgress, Progress, RichProgress
 from membersync.warehouse.paths import DataDir
 from rich.console import Console
 from rich.table import Table
 
+log = logging.getLogger(__name__)
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
@@ -38,6 +43,7 @@ def _fail(message: str, code: int) -> int:
 def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = True) -> int:
     from membersync.warehouse.landing import AlreadyRunning
 
+    started = time.monotonic()
     try:
         settings = ServiceSettings.from_env()
         settings.profile()
@@ -56,22 +62,80 @@ def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = Tru
         "false",
         "no",
     )
+    log_file = logfile.start(data_dir, f"sync-{night.isoformat()}")
+    logfile.capture_stray_output(log_file, err)
+    resume_hint = f"membersync sync --date {night.isoformat()}" + (" --full" if full else "")
+
+    def last_words(signame: str) -> str:
+        return (
+            f"interrupted ({signame}): night {night} was not committed; the batches already "
+            f"written are kept, resume with `{resume_hint}`"
+        )
 
     try:
         with nightly.holding_lock(data_dir):
+            # A first request before Prefect starts (seconds): wrong credentials, a wrong URL or
+            # a server that is down is one line at once, not a failed flow run.
+            problem = probe_service(settings, options)
+            if problem is not None:
+                return _fail(problem, 1)
             bar: Progress = RichProgress(err) if progress else NullProgress()
             try:
-                summary = _run(settings, data_dir, night, full, options, bar, use_prefect)
+                summary = _run(settings, data_dir, night, full, options, bar, use_prefect, last_words)
+            except Interrupted as exc:
+                bar.close()
+                signame = exc.signal
+                say_once(lambda: _fail(last_words(signame), EXIT_INTERRUPTED))
+                return EXIT_INTERRUPTED
             except Exception as exc:
                 bar.close()
                 error = nightly.unwrap(exc)
-                return _fail(f"night {night} failed: {_one_line(error)}", 1)
+                log.error("night %s failed: %s", night, error, exc_info=error)
+                return _fail(f"night {night} failed: {_one_line(error)} (log: {log_file})", 1)
     except AlreadyRunning as exc:
         return _fail(f"already running: {exc}", 1)
-    print_summary(summary)
+    print_summary(summary, log_file=log_file, wall_s=time.monotonic() - started)
     if summary.status != "committed" or not summary.build.startswith(("ok", "skipped")):
         return 1
     return 0
+
+
+def probe_service(settings: ServiceSettings, options: nightly.SyncOptions) -> str | None:
+    """One GET of the store list: None when the service answers, else the one line to show."""
+    from membersync.extract.client import ServiceClient
+    from membersync.extract.errors import (
+        AuthenticationError,
+        NotFoundError,
+        PermissionDeniedError,
+        ServiceError,
+        TransportError,
+    )
+
+    async def ask() -> None:
+        async with ServiceClient.from_settings(settings, options.client_options) as client:
+            await client.storelist()
+
+    where = settings.base_url
+    try:
+        asyncio.run(ask())
+    except AuthenticationError:
+        user = settings.username.get_secret_value()
+        return (
+            f"wrong credentials (user {user!r}): {where} answered HTTP 401; "
+            "check MEMBERSYNC_USERNAME and MEMBERSYNC_PASSWORD"
+        )
+    except PermissionDeniedError:
+        user = settings.username.get_secret_value()
+        return f"user {user!r} may not read the store list at {where} (HTTP 403)"
+    except NotFoundError:
+        return (
+            f"{where} does not look like the service (HTTP 404 for its store list); check MEMBERSYNC_BASE_URL"
+        )
+    except TransportError as exc:
+        return f"cannot reach the service at {where}: {exc.describe()} (after {exc.attempts} attempts)"
+    except ServiceError as exc:
+        return f"the service at {where} is not answering as expected: {_one_line(exc)}"
+    return None
 
 
 def _run(
@@ -82,17 +146,24 @@ def _run(
     options: nightly.SyncOptions,
     bar: Progress,
     use_prefect: bool,
+    last_words: Callable[[str], str],
 ) -> nightly.RunSummary:
+    def say(signame: str) -> None:
+        bar.close()
+        _fail(last_words(signame), EXIT_INTERRUPTED)
+
     if not use_prefect:
-        return nightly.run_night(settings, data_dir, night, full=full, options=options, progress=bar)
+        return run_until_signal(
+            nightly.arun_night(settings, data_dir, night, full=full, options=options, progress=bar), say
+        )
     bar.phase("starting Prefect")
     nightly.prepare_prefect_env()
-    if isinstance(bar, RichProgress):
-        # One line per task run would scroll the bar away; the flow's own lines stay.
-        logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
+    from membersync.flows import prefect_flow  # imports Prefect, which sets up its logging
+
+    logfile.quiet_console()  # Prefect's console handlers would break the bar and the one-line errors
     nightly.progress_factory = lambda: bar
     try:
-        result: dict[str, Any] = asyncio.run(nightly.nightly_sync(night=night, full=full))
+        result: dict[str, Any] = run_until_signal(prefect_flow.nightly_sync(night=night, full=full), say)
     finally:
         nightly.progress_factory = None
     return nightly.summary_from_flow_result(result)
@@ -103,10 +174,23 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def print_summary(summary: nightly.RunSummary, console: Console | None = None) -> None:
+def print_summary(
+    summary: nightly.RunSummary,
+    console: Console | None = None,
+    log_file: Path | None = None,
+    wall_s: float | None = None,
+) -> None:
+    """The night's summary table, then the files it wrote (reports, log), one per line."""
     table = Table(title=f"membersync night {summary.night}", show_header=False, title_justify="left")
     table.add_column("item", style="bold")
     table.add_column("value", justify="right")
     for row in summary.table_rows():
         table.add_row(row["item"], row["value"])
-    (console or out).print(table)
+    if wall_s is not None:
+        table.add_row("command wall time", f"{wall_s:,.1f} s (start-up, Prefect and build included)")
+    console = console or out
+    console.print(table)
+    for path in summary.reports:
+        console.print(f"report: {path}", soft_wrap=True, highlight=False)
+    if log_file is not None:
+        console.print(f"log: {log_file}", soft_wrap=True, highlight=False)

@@ -387,13 +387,14 @@ def test_wrong_credentials_fail_in_one_request(committed: tuple[RunningSandbox, 
     sandbox, ws = committed
     night = ANCHOR + dt.timedelta(days=1)
     outcome, line, requests = _fails_fast_and_touches_nothing(
-        sandbox, ws, ws.env(MEMBERSYNC_PASSWORD="not-the-password"), night
+        sandbox, ws, ws.env(MEMBERSYNC_PASSWORD="not-the-password", MEMBERSYNC_PREFECT="on"), night
     )
-    assert "401" in line or "credential" in line.lower(), line
+    assert "wrong credentials (user 'sandbox')" in line and "401" in line, line
     assert requests == 1, f"{requests} requests reached the server after a 401"
     assert "not-the-password" not in outcome.stdout + outcome.stderr
     record(
-        "6 wrong credentials", f"exit 1 in {outcome.seconds:.1f} s after {requests} request: '{line[:100]}'"
+        "6 wrong credentials (Prefect on)",
+        f"exit 1 in {outcome.seconds:.1f} s after {requests} request: '{line[:100]}'",
     )
 
 
@@ -401,10 +402,13 @@ def test_wrong_base_url_fails_in_one_request(committed: tuple[RunningSandbox, Wo
     sandbox, ws = committed
     night = ANCHOR + dt.timedelta(days=1)
     outcome, line, requests = _fails_fast_and_touches_nothing(
-        sandbox, ws, ws.env(MEMBERSYNC_BASE_URL=sandbox.url + "/not-the-api"), night
+        sandbox, ws, ws.env(MEMBERSYNC_BASE_URL=sandbox.url + "/not-the-api", MEMBERSYNC_PREFECT="on"), night
     )
     assert requests == 1, f"{requests} requests reached the server after a 404"
-    record("6 wrong base URL", f"exit 1 in {outcome.seconds:.1f} s after {requests} request: '{line[:100]}'")
+    record(
+        "6 wrong base URL (Prefect on)",
+        f"exit 1 in {outcome.seconds:.1f} s after {requests} request: '{line[:100]}'",
+    )
 
 
 def test_server_down_fails_cleanly(committed: tuple[RunningSandbox, Workspace]) -> None:
@@ -413,10 +417,13 @@ def test_server_down_fails_cleanly(committed: tuple[RunningSandbox, Workspace]) 
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     outcome, line, _ = _fails_fast_and_touches_nothing(
-        sandbox, ws, ws.env(MEMBERSYNC_BASE_URL=f"http://127.0.0.1:{port}"), ANCHOR + dt.timedelta(days=1)
+        sandbox,
+        ws,
+        ws.env(MEMBERSYNC_BASE_URL=f"http://127.0.0.1:{port}", MEMBERSYNC_PREFECT="on"),
+        ANCHOR + dt.timedelta(days=1),
     )
     assert outcome.seconds < 90, outcome.describe()
-    record("7 server down (refused)", f"exit 1 in {outcome.seconds:.1f} s: '{line[:100]}'")
+    record("7 server down, refused (Prefect on)", f"exit 1 in {outcome.seconds:.1f} s: '{line[:100]}'")
 
 
 class BadServer:

@@ -1,0 +1,114 @@
+"""One Ctrl-C (or SIGTERM) stops a default sync (Prefect on) within seconds (issue 8, defect 3).
+
+Before the fix a Ctrl-C took three presses and ~3.3 minutes, printed pages of Prefect event
+dumps, and kept the lock meanwhile ("already running"). Now: exit 130 within 10 s, one line
+on stderr that says how to resume, the lock released, no process of the sync left, and the
+staged batches reused by the next run, which lands the night exactly (counts from the sandbox).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from membersync.warehouse.landing import LandingZone
+from membersync.warehouse.manifest import read_manifest
+from membersync.warehouse.paths import DataDir
+from test_nightly import REPO, sync_env, truth_counts
+
+NIGHT = dt.date(2026, 11, 28)
+CMD = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", NIGHT.isoformat(), "--no-progress"]
+
+
+def _start(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        CMD,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_staged_batches(proc: subprocess.Popen[str], batches: Path, at_least: int) -> None:
+    deadline = time.monotonic() + 240  # the ephemeral Prefect server starts slowly on a busy machine
+    while time.monotonic() < deadline and proc.poll() is None:
+        if batches.exists() and len(list(batches.glob("0*.done"))) >= at_least:
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"no batch staged in time (exit {proc.poll()}): {proc.communicate()[1][-2000:]}")
+
+
+def _group_gone(pgid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _interrupt(proc: subprocess.Popen[str], *, whole_group: bool, sig: signal.Signals) -> tuple[float, str]:
+    """Send ``sig`` as a terminal (the whole group) or a service manager (the main process) would."""
+    sent = time.monotonic()
+    if whole_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return time.monotonic() - sent, stderr
+
+
+@pytest.mark.slow
+def test_one_ctrl_c_or_sigterm_stops_the_night_resumably(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=400, seed=3, anchor_date=NIGHT, latency_ms=4.0)
+    data_dir = tmp_path / "data"
+    dd = DataDir(data_dir)
+    env = sync_env(sandbox, data_dir, tmp_path, MEMBERSYNC_BATCH_SIZE="10", MEMBERSYNC_BUILD="off")
+    batches = dd.staging / NIGHT.isoformat() / "batches"
+
+    for whole_group, sig, staged in ((True, signal.SIGINT, 2), (False, signal.SIGTERM, 6)):
+        proc = _start(env)  # Prefect on: the default path
+        _wait_for_staged_batches(proc, batches, staged)
+        seconds, stderr = _interrupt(proc, whole_group=whole_group, sig=sig)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert proc.returncode == 130, stderr[-3000:]
+        assert seconds < 10, f"{sig.name}: exit took {seconds:.1f} s"
+        assert len(lines) == 1, f"{sig.name}: expected one line, got:\n{stderr[-3000:]}"
+        assert f"interrupted ({sig.name})" in lines[0]
+        assert f"resume with `membersync sync --date {NIGHT.isoformat()}`" in lines[0]
+        assert _group_gone(proc.pid), f"{sig.name}: a process of the sync (Prefect's server?) is left"
+        with LandingZone(dd).lock():  # released: another sync may start at once
+            pass
+        assert read_manifest(dd.manifests, NIGHT) is None
+        assert len(list(batches.glob("0*.done"))) >= staged  # staged batches are kept
+
+    kept = len(list(batches.glob("0*.done")))
+    rerun = subprocess.run(
+        CMD, env={**env, "MEMBERSYNC_PREFECT": "off"}, cwd=REPO, capture_output=True, text=True
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    manifest = read_manifest(dd.manifests, NIGHT)
+    assert manifest is not None and manifest.stats["resumed"] is True
+    assert manifest.stats["batches_skipped"] == kept
+    truth = sandbox.call(truth_counts)
+    assert {name: files.rows for name, files in manifest.tables.items()} == truth
