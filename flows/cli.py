@@ -125,13 +125,16 @@ def sync(
     date: Annotated[str | None, typer.Option(help="the night, YYYY-MM-DD (default: today)")] = None,
     full: Annotated[bool, typer.Option("--full", help="list every client, not only changed ones")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    force: Annotated[
+        bool, typer.Option("--force", help="re-run a night older than the newest committed one")
+    ] = False,
 ) -> None:
     """Sync one night: configuration, discovery, per-client data; land; build reports."""
     from membersync.flows.interrupt import EXIT_INTERRUPTED, leave_now
-    from membersync.flows.nightly import run_sync_cli
+    from membersync.flows.sync_cli import run_sync_cli
 
     night = guarded(lambda: parse_date(date))
-    code = run_sync_cli(night, full=full, progress=progress)
+    code = run_sync_cli(night, full=full, progress=progress, force=force)
     if code == EXIT_INTERRUPTED:
         leave_now()  # the lock is released and the line said; skip Prefect's slow exit hooks
     raise typer.Exit(code)

@@ -639,10 +639,3 @@ def summary_from_flow_result(result: Mapping[str, Any]) -> RunSummary:
     data.pop("requests_per_s", None)
     data["night"] = dt.date.fromisoformat(data["night"])
     return replace(RunSummary(night=data["night"]), **data)
-
-
-def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = True) -> int:
-    """``membersync sync``: see :mod:`membersync.flows.sync_cli`."""
-    from membersync.flows.sync_cli import run_sync_cli as run
-
-    return run(night, full=full, progress=progress)

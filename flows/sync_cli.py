@@ -40,8 +40,10 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = True) -> int:
-    from membersync.warehouse.landing import AlreadyRunning
+def run_sync_cli(
+    night: dt.date | None, full: bool = False, progress: bool = True, force: bool = False
+) -> int:
+    from membersync.warehouse.landing import AlreadyRunning, LandingZone
 
     started = time.monotonic()
     try:
@@ -56,6 +58,9 @@ def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = Tru
     except OSError as exc:
         return _fail(f"cannot use the data dir {data_dir.root}: {exc.strerror or exc}", 2)
     night = night or dt.date.today()
+    refusal = check_night(night, LandingZone(data_dir).state().committed, dt.date.today(), force)
+    if refusal is not None:
+        return _fail(refusal, 2)
     use_prefect = os.environ.get("MEMBERSYNC_PREFECT", "on").strip().lower() not in (
         "off",
         "0",
@@ -98,6 +103,24 @@ def run_sync_cli(night: dt.date | None, full: bool = False, progress: bool = Tru
     if summary.status != "committed" or not summary.build.startswith(("ok", "skipped")):
         return 1
     return 0
+
+
+def check_night(night: dt.date, committed: list[dt.date], today: dt.date, force: bool) -> str | None:
+    """Why ``night`` must not run (one line), or None.
+
+    A night later than tomorrow cannot be observed yet (tomorrow is allowed: a store east of
+    this machine may already be on it). A night older than the newest committed one would
+    replace that night's history with *today's* state of the service: only with ``--force``.
+    """
+    if night > today + dt.timedelta(days=1):
+        return f"night {night} is in the future (today is {today}): the service cannot show it yet"
+    newest = committed[-1] if committed else None
+    if newest is not None and night < newest and not force:
+        return (
+            f"night {night} is older than the newest committed night {newest}: re-running it would "
+            "replace its history with today's state of the service; pass --force to do it anyway"
+        )
+    return None
 
 
 def probe_service(settings: ServiceSettings, options: nightly.SyncOptions) -> str | None:

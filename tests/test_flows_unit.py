@@ -193,3 +193,47 @@ def test_client_options_from_the_environment() -> None:
     ):
         with pytest.raises(SettingsError, match=variable):
             ClientOptions.from_env({variable: raw})
+
+
+# --- which nights may run (issue 8, defect 6) ---------------------------------------------------------
+
+
+def test_a_future_night_is_refused() -> None:
+    from membersync.flows.sync_cli import check_night
+
+    today = dt.date(2026, 11, 23)
+    assert check_night(today + dt.timedelta(days=1), [], today, force=False) is None  # a store east of us
+    refusal = check_night(today + dt.timedelta(days=2), [], today, force=True)
+    assert refusal is not None and "in the future" in refusal
+
+
+def test_an_older_night_than_the_newest_committed_needs_force() -> None:
+    from membersync.flows.sync_cli import check_night
+
+    today = dt.date(2026, 11, 23)
+    committed = [dt.date(2026, 11, 20), dt.date(2026, 11, 22)]
+    refusal = check_night(dt.date(2026, 11, 20), committed, today, force=False)
+    assert refusal is not None and "--force" in refusal and "2026-11-22" in refusal
+    assert check_night(dt.date(2026, 11, 20), committed, today, force=True) is None
+    assert check_night(dt.date(2026, 11, 22), committed, today, force=False) is None  # tonight's rerun
+    assert check_night(today, committed, today, force=False) is None
+
+
+def test_sync_of_a_future_night_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMBERSYNC_")},
+        "MEMBERSYNC_BASE_URL": "http://127.0.0.1:9",
+        "MEMBERSYNC_USERNAME": "u",
+        "MEMBERSYNC_PASSWORD": "p",
+        "MEMBERSYNC_DATA_DIR": str(tmp_path / "data"),
+    }
+    night = (dt.date.today() + dt.timedelta(days=5)).isoformat()
+    proc = subprocess.run(
+        [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", night],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "in the future" in lines[0], proc.stderr
