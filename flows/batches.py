@@ -100,7 +100,15 @@ class Typed:
 
 @dataclass(frozen=True)
 class Window:
-    """Which history the night fetches: everything (first / full night) or a recent window.
+    """Which history the night fetches for each synced client.
+
+    By default a synced client's **whole** history, every night: a vendor corrects the past
+    (a void or a payment on an old sale, a back-dated points adjustment), and a client whose
+    history changed is exactly a client the night syncs; the request count is the same as for
+    a window (one call per client and endpoint), only the answers are longer. A window
+    (``whole_history=False``, ``MEMBERSYNC_WHOLE_HISTORY=off``) is an opt-in for tenants whose
+    histories are huge: it misses any change to an event older than the window until a
+    ``--full`` night.
 
     Transaction history without dates is the whole history; points transactions need both
     dates, so the whole history starts at ``points_start`` (configurable). ``end`` is one day
@@ -120,16 +128,13 @@ class Window:
         full: bool,
         lookback_days: int,
         points_start: dt.date,
-        whole_history: bool = False,
+        whole_history: bool = True,
     ) -> Window:
-        """``whole_history``: later nights still fetch a changed client's whole transaction
-        history (not only the window), so that a void or a payment on a sale older than the
-        lookback is seen the next night; points transactions never change, they stay windowed."""
         end = night + dt.timedelta(days=1)
-        if full or last_night is None:
+        if full or last_night is None or whole_history:
             return cls(points_start=points_start, end=end, history_start=None)
         start = last_night - dt.timedelta(days=lookback_days)
-        return cls(points_start=start, end=end, history_start=None if whole_history else start)
+        return cls(points_start=start, end=end, history_start=start)
 
     def describe(self) -> str:
         if self.history_start is None:

@@ -68,11 +68,11 @@ class SyncOptions:
 
     batch_size: int = 250  # clients per batch (= per Prefect task run)
     batches_in_flight: int = 2  # so the tail of one batch overlaps the next
-    lookback_days: int = 7  # history window of later nights: last committed night minus this
+    lookback_days: int = 7  # the window, when whole_history is off: last committed night minus this
     points_start: dt.date = dt.date(2000, 1, 1)  # first night: points transactions from this date
     watermark_overlap: dt.timedelta = dt.timedelta(minutes=15)
     build: bool = True  # build the warehouse and export reports after the commit
-    whole_history: bool = False  # later nights: a changed client's whole transaction history
+    whole_history: bool = True  # off: later nights fetch only a window (misses late corrections)
     client_options: Any = None  # membersync.extract.client.ClientOptions | None
 
     @classmethod

@@ -59,7 +59,7 @@ def test_modified_since_subtracts_the_overlap_from_the_server_watermark() -> Non
     assert B.modified_since(None, dt.timedelta(minutes=15)) is None
 
 
-def test_window_first_night_fetches_whole_history_later_nights_a_lookback() -> None:
+def test_window_whole_history_by_default_a_lookback_only_when_opted_in() -> None:
     night = dt.date(2026, 3, 10)
     first = B.Window.for_night(night, None, full=False, lookback_days=7, points_start=dt.date(2000, 1, 1))
     assert first.history_start is None and first.points_start == dt.date(2000, 1, 1)
@@ -67,7 +67,17 @@ def test_window_first_night_fetches_whole_history_later_nights_a_lookback() -> N
     later = B.Window.for_night(
         night, dt.date(2026, 3, 9), full=False, lookback_days=7, points_start=dt.date(2000, 1, 1)
     )
-    assert later.history_start == later.points_start == dt.date(2026, 3, 2)
+    # a later night: the synced clients' whole histories (points too: a back-dated adjustment)
+    assert later.history_start is None and later.points_start == dt.date(2000, 1, 1)
+    windowed = B.Window.for_night(
+        night,
+        dt.date(2026, 3, 9),
+        full=False,
+        lookback_days=7,
+        points_start=dt.date(2000, 1, 1),
+        whole_history=False,
+    )
+    assert windowed.history_start == windowed.points_start == dt.date(2026, 3, 2)
     forced = B.Window.for_night(
         night, dt.date(2026, 3, 9), full=True, lookback_days=7, points_start=dt.date(2001, 1, 1)
     )

@@ -425,6 +425,6 @@ def test_a_void_older_than_the_lookback_is_seen_only_with_whole_history(
     assert second.mode == "incremental"
     landed = published_rows(data_dir, night2)["transactions"].to_pylist()
     statuses = {r["receipt_number"]: r["status"] for r in landed}
-    # The window (the default) misses a change to a sale older than the lookback;
-    # MEMBERSYNC_WHOLE_HISTORY=on refetches the changed client's whole history and sees it.
+    # The window (MEMBERSYNC_WHOLE_HISTORY=off, an opt-in) misses a change to a sale older than
+    # the lookback; the default refetches the changed client's whole history and sees it.
     assert statuses.get(receipt) == ("Voided" if whole_history else None)
