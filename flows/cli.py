@@ -179,6 +179,25 @@ def sql(
 
 
 @app.command()
+def freshness(
+    max_age_hours: Annotated[
+        str | None,
+        typer.Option(
+            "--max-age-hours",
+            help="stale after this many hours (default: MEMBERSYNC_STALE_AFTER_HOURS or 36)",
+        ),
+    ] = None,
+    notify: Annotated[
+        bool, typer.Option("--notify", help="when stale, send one message through MEMBERSYNC_NOTIFY")
+    ] = False,
+) -> None:
+    """How old the newest committed night is: exit 0 fresh, 1 stale (or none committed)."""
+    from membersync.flows.freshness_cli import run_freshness_cli
+
+    raise typer.Exit(guarded(lambda: run_freshness_cli(max_age_hours, notify=notify)))
+
+
+@app.command()
 def serve(
     cron: Annotated[str, typer.Option(help="cron schedule of the nightly run")] = "0 2 * * *",
     timezone: Annotated[str, typer.Option(help="IANA timezone of the schedule")] = "UTC",

@@ -25,6 +25,7 @@ from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, SettingsError
 from membersync.flows import logfile, nightly
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
+from membersync.flows.notify import Notifier
 from membersync.flows.progress import NullProgress, Progress, RichProgress
 from membersync.warehouse.paths import DataDir
 from rich.console import Console
@@ -51,6 +52,7 @@ def run_sync_cli(
         settings.profile()
         options = nightly.SyncOptions.from_env()
         data_dir = DataDir.from_env()
+        notifier = Notifier.from_env()  # a malformed MEMBERSYNC_NOTIFY is bad input, before any work
     except (SettingsError, ProfileError) as exc:
         return _fail(str(exc), 2)
     try:
@@ -77,13 +79,20 @@ def run_sync_cli(
             f"written are kept, resume with `{resume_hint}`"
         )
 
+    def night_failed(line: str, code: int, interrupted: bool = False) -> int:
+        """Say the line (an interrupt's was said at the signal), then send it; the code is unchanged."""
+        if not interrupted:
+            _fail(line, code)
+        notifier.night_failed(night, line, resume_hint, interrupted=interrupted)
+        return code
+
     try:
         with nightly.holding_lock(data_dir):
             # A first request before Prefect starts (seconds): wrong credentials, a wrong URL or
             # a server that is down is one line at once, not a failed flow run.
             problem = probe_service(settings, options)
             if problem is not None:
-                return _fail(problem, 1)
+                return night_failed(problem, 1)
             bar: Progress = RichProgress(err) if progress else NullProgress()
             try:
                 summary = _run(settings, data_dir, night, full, options, bar, use_prefect, last_words)
@@ -91,16 +100,19 @@ def run_sync_cli(
                 bar.close()
                 signame = exc.signal
                 say_once(lambda: _fail(last_words(signame), EXIT_INTERRUPTED))
-                return EXIT_INTERRUPTED
+                return night_failed(last_words(signame), EXIT_INTERRUPTED, interrupted=True)
             except Exception as exc:
                 bar.close()
                 error = nightly.unwrap(exc)
                 log.error("night %s failed: %s", night, error, exc_info=error)
-                return _fail(f"night {night} failed: {_one_line(error)} (log: {log_file})", 1)
+                return night_failed(f"night {night} failed: {_one_line(error)} (log: {log_file})", 1)
     except AlreadyRunning as exc:
         return _fail(f"already running: {exc}", 1)
     print_summary(summary, log_file=log_file, wall_s=time.monotonic() - started)
     if summary.status != "committed" or not summary.build.startswith(("ok", "skipped")):
+        notifier.night_failed(
+            night, f"night {night} {summary.status}; warehouse build: {summary.build}", resume_hint
+        )
         return 1
     return 0
 
