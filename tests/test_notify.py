@@ -1,0 +1,430 @@
+"""A word when a night fails or goes stale (issue 14), and ``membersync freshness`` (issue 10).
+
+Real parts: ``membersync`` runs in a subprocess against a real sandbox on loopback, and the
+notifications go through Apprise (``json://127.0.0.1:PORT/...``) to a real HTTP receiver that
+this test starts on 127.0.0.1 and that records every request it gets. The service credentials
+are canaries: no byte of any message (nor of the logs) holds them in any rendering.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import pytest
+from membersync.extract.settings import SettingsError
+from membersync.flows.notify import Notifier, night_failed_message, split_urls, tenant_name
+from membersync.warehouse import freshness
+from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest
+from membersync.warehouse.paths import DataDir
+from membersync.warehouse.testing import write_night
+
+REPO = Path(__file__).resolve().parent.parent
+USERNAME = "canary-user-7Kq"
+PASSWORD = "Cn4ry+P@ss/wörd 91!"
+HOOK_TOKEN = "hooktoken-Zr81xQ"  # a secret in the notification URL's path, as Slack/Teams URLs hold
+TENANT = "Riverside Spa & Gym"
+TODAY = dt.date.today()
+
+
+# --- a real receiver --------------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return dict(json.loads(self.raw))
+
+    def fields(self) -> dict[str, str]:
+        """The body's ``key: value`` lines."""
+        lines = str(self.json["message"]).splitlines()
+        return dict(line.split(": ", 1) for line in lines)
+
+
+@dataclass
+class Receiver:
+    port: int
+    status: int = 200
+    got: list[Received] = field(default_factory=list)
+
+    def url(self, path: str = f"/hook/{HOOK_TOKEN}") -> str:
+        return f"json://127.0.0.1:{self.port}{path}"
+
+
+def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            receiver.got.append(Received(self.path, dict(self.headers.items()), raw))
+            self.send_response(receiver.status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep pytest's output clean
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    box = Receiver(port=0)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(box))
+    box.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield box
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --- running membersync ------------------------------------------------------------------------------
+
+
+def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMBERSYNC_", "PREFECT_"))}
+    env.update(
+        MEMBERSYNC_DATA_DIR=str(data_dir),
+        MEMBERSYNC_USERNAME=USERNAME,
+        MEMBERSYNC_PASSWORD=PASSWORD,
+        MEMBERSYNC_PREFECT="off",  # the same night without Prefect's start-up: these tests are about failures
+        MEMBERSYNC_BUILD="off",
+        NO_PROXY="127.0.0.1,localhost",
+        COLUMNS="200",
+    )
+    env.update(extra)
+    return env
+
+
+def membersync(*args: str, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "membersync.flows.cli", *args]
+    return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, **kw)
+
+
+def sync_args(night: dt.date = TODAY) -> list[str]:
+    return ["sync", "--date", night.isoformat(), "--no-progress"]
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+# --- no secret anywhere ------------------------------------------------------------------------------
+
+
+def secret_renderings() -> list[str]:
+    pair = f"{USERNAME}:{PASSWORD}"
+    return [
+        USERNAME,
+        PASSWORD,
+        quote(PASSWORD, safe=""),
+        quote_plus(PASSWORD),
+        pair,
+        base64.b64encode(pair.encode()).decode(),
+    ]
+
+
+def assert_no_secret(messages: list[Received]) -> None:
+    for message in messages:
+        texts = [message.raw.decode("utf-8", "replace"), json.dumps(message.json, ensure_ascii=False)]
+        texts += [f"{k}: {v}" for k, v in message.headers.items()]
+        for text in texts:
+            for secret in secret_renderings():
+                assert secret not in text, f"a credential reached a notification: {text[:300]!r}"
+
+
+def assert_logs_clean(data_dir: Path) -> None:
+    for path in (data_dir / "logs").rglob("*"):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for secret in (*secret_renderings(), HOOK_TOKEN):
+                assert secret not in text, f"{path} holds a secret"
+
+
+def assert_failed_night_message(message: Received, night: dt.date, error_part: str) -> dict[str, str]:
+    body = message.json
+    fields = message.fields()
+    assert body["title"] == f"membersync {TENANT}: night {night} failed", body
+    assert body["type"] == "failure", body
+    assert fields["tenant"] == TENANT
+    assert fields["night"] == night.isoformat()
+    assert error_part in fields["error"], fields
+    assert "\n" not in fields["error"]
+    assert fields["resume"] == f"membersync sync --date {night.isoformat()}"
+    assert message.path == f"/hook/{HOOK_TOKEN}"
+    return fields
+
+
+# --- a failed night ------------------------------------------------------------------------------------
+
+
+def test_wrong_credentials_deliver_one_message_without_the_credentials(
+    fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=5, seed=14, password="the-right-one-9")
+    env = base_env(
+        tmp_path / "data",
+        MEMBERSYNC_BASE_URL=sandbox.url,
+        MEMBERSYNC_TENANT=TENANT,
+        MEMBERSYNC_NOTIFY=receiver.url(),
+    )
+    done = membersync(*sync_args(), env=env)
+    assert done.returncode == 1, done.stderr
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1 and "wrong credentials" in lines[0], done.stderr
+    assert len(receiver.got) == 1, receiver.got
+    fields = assert_failed_night_message(receiver.got[0], TODAY, "wrong credentials")
+    assert "HTTP 401" in fields["error"]
+    assert_no_secret(receiver.got)
+    assert_logs_clean(tmp_path / "data")
+
+
+def test_a_night_that_fails_midway_delivers_one_message(
+    fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
+) -> None:
+    """The service answers, then the landing cannot write (a 2 KB file-size limit): a mid-way failure."""
+    import resource
+
+    sandbox = fresh_sandbox(clients=20, seed=15, username=USERNAME, password=PASSWORD)
+    env = base_env(
+        tmp_path / "data",
+        MEMBERSYNC_BASE_URL=sandbox.url,
+        MEMBERSYNC_TENANT=TENANT,
+        MEMBERSYNC_NOTIFY=receiver.url(),
+    )
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    done = membersync(*sync_args(), env=env, preexec_fn=limit_file_size)
+    assert done.returncode == 1, done.stderr
+    assert sandbox.stats.requests > 1  # past the probe: the night itself failed
+    assert len(receiver.got) == 1, receiver.got
+    fields = assert_failed_night_message(receiver.got[0], TODAY, f"night {TODAY} failed: cannot write batch")
+    assert f"night {TODAY} failed" in done.stderr
+    assert fields["error"] in " ".join(line.strip() for line in done.stderr.splitlines())
+    assert_no_secret(receiver.got)
+    assert_logs_clean(tmp_path / "data")
+
+
+def test_an_interrupted_night_delivers_one_message(
+    fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=80, seed=16, username=USERNAME, password=PASSWORD, latency_ms=15.0)
+    data_dir = tmp_path / "data"
+    env = base_env(
+        data_dir,
+        MEMBERSYNC_BASE_URL=sandbox.url,
+        MEMBERSYNC_TENANT=TENANT,
+        MEMBERSYNC_NOTIFY=receiver.url(),
+        MEMBERSYNC_BATCH_SIZE="5",
+    )
+    cmd = [sys.executable, "-m", "membersync.flows.cli", *sync_args()]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    batches = DataDir(data_dir).staging / TODAY.isoformat() / "batches"
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and not list(batches.glob("0*.done")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert len(receiver.got) == 1, receiver.got
+    body, fields = receiver.got[0].json, receiver.got[0].fields()
+    assert body["title"] == f"membersync {TENANT}: night {TODAY} was interrupted", body
+    assert fields["night"] == TODAY.isoformat() and fields["tenant"] == TENANT
+    assert fields["error"].startswith("interrupted (SIGTERM)"), fields
+    assert fields["resume"] == f"membersync sync --date {TODAY.isoformat()}"
+    assert_no_secret(receiver.got)
+
+
+def test_a_receiver_that_is_down_or_refuses_never_changes_the_exit_code(
+    fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=5, seed=17, password="the-right-one-9")
+    receiver.status = 500
+    closed_port = _closed_port()
+    env = base_env(
+        tmp_path / "data",
+        MEMBERSYNC_BASE_URL=sandbox.url,
+        MEMBERSYNC_NOTIFY=f"{receiver.url()}, json://127.0.0.1:{closed_port}/down",
+    )
+    done = membersync(*sync_args(), env=env)
+    assert done.returncode == 1, done.stderr
+    assert len(error_lines(done.stderr)) == 1, done.stderr  # the warning goes to the log, not the terminal
+    assert len(receiver.got) == 1
+    # no MEMBERSYNC_TENANT: the service's host names the tenant
+    assert receiver.got[0].fields()["tenant"] == "127.0.0.1"
+    log_text = "".join(p.read_text() for p in (tmp_path / "data" / "logs").rglob("*.log"))
+    assert "notification not delivered" in log_text
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- a stale warehouse ----------------------------------------------------------------------------------
+
+
+def commit_night(data_dir: Path, night: dt.date, committed_at: dt.datetime | None = None) -> None:
+    """A committed night (the real landing code); ``committed_at`` moved back when given."""
+    dd = DataDir(data_dir)
+    dd.ensure()
+    write_night(dd, night, {"stores": [{"storecode": "DOWNTOWN  ", "name": "Downtown"}]})
+    if committed_at is not None:
+        path = manifest_path(dd.manifests, night)
+        manifest = Manifest.from_json(path.read_text(encoding="utf-8"))
+        moved = dataclasses.replace(manifest, committed_at=f"{committed_at:%Y-%m-%dT%H:%M:%SZ}")
+        path.write_text(moved.to_json(), encoding="utf-8")
+
+
+def test_a_stale_warehouse_delivers_one_message_and_exits_1(receiver: Receiver, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    old = dt.date(2026, 1, 10)
+    commit_night(data_dir, old - dt.timedelta(days=1))
+    commit_night(data_dir, old, committed_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=72))
+    env = base_env(data_dir, MEMBERSYNC_TENANT=TENANT, MEMBERSYNC_NOTIFY=receiver.url())
+    done = membersync("freshness", "--notify", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"newest committed night {old}" in done.stdout and "stale" in done.stdout, done.stdout
+    assert len(receiver.got) == 1, receiver.got
+    body, fields = receiver.got[0].json, receiver.got[0].fields()
+    assert body["title"].startswith(f"membersync {TENANT}: warehouse stale, newest night {old} is 72."), body
+    assert body["type"] == "warning"
+    assert fields["tenant"] == TENANT and fields["newest night"] == old.isoformat()
+    assert fields["age"].startswith("72.") and fields["threshold"] == "36.0 h", fields
+    assert_no_secret(receiver.got)
+
+
+def test_no_night_committed_is_stale(receiver: Receiver, tmp_path: Path) -> None:
+    env = base_env(tmp_path / "data", MEMBERSYNC_NOTIFY=receiver.url())
+    done = membersync("freshness", "--notify", env=env)
+    assert done.returncode == 1
+    assert "no night committed yet" in done.stdout
+    assert len(receiver.got) == 1
+    assert receiver.got[0].fields()["newest night"] == "none"
+
+
+def test_a_fresh_warehouse_sends_nothing_and_exits_0(receiver: Receiver, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    commit_night(
+        data_dir, dt.date(2026, 1, 10), committed_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=30)
+    )
+    env = base_env(data_dir, MEMBERSYNC_NOTIFY=receiver.url())
+    done = membersync("freshness", "--notify", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "fresh" in done.stdout and "30." in done.stdout
+    # the threshold from the option, then from the environment
+    assert membersync("freshness", "--max-age-hours", "24", env=env).returncode == 1
+    assert membersync("freshness", env={**env, "MEMBERSYNC_STALE_AFTER_HOURS": "12.5"}).returncode == 1
+    assert receiver.got == []
+
+
+# --- bad input: one line, exit 2 -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [f"json://127.0.0.1:9/{HOOK_TOKEN}, foo://{HOOK_TOKEN}", "not-a-url", f"slack://{HOOK_TOKEN}"],
+)
+def test_a_malformed_notify_setting_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
+    env = base_env(tmp_path / "data", MEMBERSYNC_BASE_URL="http://127.0.0.1:9", MEMBERSYNC_NOTIFY=value)
+    for args in (sync_args(), ["freshness", "--notify"]):
+        done = membersync(*args, env=env)
+        lines = error_lines(done.stderr)
+        assert done.returncode == 2, done.stderr
+        assert len(lines) == 1 and "MEMBERSYNC_NOTIFY" in lines[0], done.stderr
+        assert HOOK_TOKEN not in done.stderr + done.stdout  # the URL's text is never shown
+    assert not (tmp_path / "data").exists()  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("args", "extra", "named"),
+    [
+        (["--max-age-hours", "abc"], {}, "--max-age-hours"),
+        (["--max-age-hours", "0"], {}, "--max-age-hours"),
+        (["--max-age-hours", "nan"], {}, "--max-age-hours"),
+        ([], {"MEMBERSYNC_STALE_AFTER_HOURS": "-3"}, "MEMBERSYNC_STALE_AFTER_HOURS"),
+        (["--notify"], {}, "MEMBERSYNC_NOTIFY"),  # --notify without anywhere to send
+    ],
+)
+def test_a_bad_threshold_is_one_line_exit_2(
+    args: list[str], extra: dict[str, str], named: str, tmp_path: Path
+) -> None:
+    done = membersync("freshness", *args, env=base_env(tmp_path / "data", **extra))
+    lines = error_lines(done.stderr)
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and named in lines[0], done.stderr
+
+
+# --- the plain functions -------------------------------------------------------------------------------
+
+
+def test_freshness_reads_only_the_newest_manifest_and_ignores_temporary_files(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    committed = dt.datetime(2026, 1, 12, 2, 14, 3, tzinfo=dt.UTC)
+    commit_night(data_dir, dt.date(2026, 1, 11))
+    commit_night(data_dir, dt.date(2026, 1, 12), committed_at=committed)
+    manifests = DataDir(data_dir).manifests
+    (manifests / "2026-01-13.json.tmp").write_text("{half a manifest", encoding="utf-8")
+    answer = freshness.check(manifests, 36, now=committed + dt.timedelta(hours=40))
+    assert answer.newest == freshness.NewestNight(dt.date(2026, 1, 12), committed)
+    assert answer.stale and answer.age == dt.timedelta(hours=40)
+    assert freshness.describe(answer) == (
+        "newest committed night 2026-01-12, committed 2026-01-12T02:14:03Z, 40.0 h ago: "
+        "stale (threshold 36.0 h)"
+    )
+    # a clock set back after the commit reads as "just now", not a negative age
+    earlier = freshness.check(manifests, 36, now=committed - dt.timedelta(hours=1))
+    assert earlier.age == dt.timedelta(0) and not earlier.stale
+    assert read_manifest(manifests, dt.date(2026, 1, 12)) is not None
+
+
+def test_thresholds_urls_and_tenant() -> None:
+    assert freshness.stale_after_hours({}) == 36.0
+    assert freshness.stale_after_hours({"MEMBERSYNC_STALE_AFTER_HOURS": " 6 "}) == 6.0
+    for bad in ("0", "-1", "inf", "six"):
+        with pytest.raises(SettingsError, match="MEMBERSYNC_STALE_AFTER_HOURS"):
+            freshness.stale_after_hours({"MEMBERSYNC_STALE_AFTER_HOURS": bad})
+    assert split_urls(" json://a:1/x,  jsons://b/y\tmailtos://u:p@c ") == [
+        "json://a:1/x",
+        "jsons://b/y",
+        "mailtos://u:p@c",
+    ]
+    assert tenant_name({"MEMBERSYNC_BASE_URL": "https://acme.example.com/"}) == "acme.example.com"
+    assert tenant_name({"MEMBERSYNC_TENANT": " Acme ", "MEMBERSYNC_BASE_URL": "https://x"}) == "Acme"
+    assert tenant_name({}) == "membersync"
+    assert not Notifier.from_env({}).enabled
+
+
+def test_a_message_is_scrubbed_even_when_the_error_line_holds_a_credential() -> None:
+    notifier = Notifier.from_env({"MEMBERSYNC_USERNAME": USERNAME, "MEMBERSYNC_PASSWORD": PASSWORD})
+    line = f"wrong credentials (user {USERNAME!r}) password={PASSWORD} Authorization: Basic Zm9vOmJhcg=="
+    message = night_failed_message("t", TODAY, line, "membersync sync --date x")
+    clean = notifier.clean(message.body)
+    assert all(secret not in clean for secret in secret_renderings()), clean
+    assert "Zm9vOmJhcg" not in clean
