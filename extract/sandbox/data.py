@@ -14,6 +14,23 @@ Some coverage is forced on the first clients (client *i* < 5 gets a membership i
 every case. Clients' cores come from one ``random.Random(seed)`` in a fixed order; what each
 client holds is filled in on first use from a stream of its own (see :class:`_Clients`), which
 keeps start-up fast at 100,000 clients.
+
+The management reports' edge cases are generated too (:class:`_EdgeCases`; the end-to-end truth
+tests rely on them), whenever the sandbox is big enough for the case:
+
+- with 3 stores or more, the last store has no activity at all (no client, balance, membership,
+  sale or points; :func:`idle_store_index`) and the one before it closed mid-history: inactive in
+  the store list, no sale after :func:`closed_on` (:func:`closed_store_index`);
+- more than 50 debtors at the first store and a tie at the 50th place (equal balances at ranks
+  49 to 52, so the tie-break by client number decides), when there are clients enough;
+- balances (owed and in credit) and an Active EFT membership at :data:`UNLISTED_STORECODE`, a
+  storecode outside the store list;
+- memberships in statuses outside the contract's five (:data:`ODD_STATUSES`);
+- sales and payments at local times on the first store's latest fall-back and spring-forward days
+  (:func:`dst_days`): 01:30 twice on the fall-back day (before and after the clocks go back),
+  01:59:59 and 03:00:00 around the spring-forward, 23:30 on both days written as UTC (the next
+  day in UTC);
+- a payment made months after its sale (a sale older than any lookback window paid late).
 """
 
 from __future__ import annotations
@@ -26,6 +43,7 @@ import random
 import zlib
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
+from zoneinfo import ZoneInfo
 
 from membersync.extract import catalogue
 from membersync.extract.sandbox import model as m
@@ -45,7 +63,12 @@ STORES = (
     ("WESTGATE01", "Westgate Club", "Seattle", "WA", "America/Los_Angeles", "0.1010"),
     ("MIDTOWN", "Midtown Athletic", "New York", "NY", "America/New_York", "0.08875"),
 )
-INACTIVE_STORE_INDEX = 5  # the 6th store (when there is one) has closed
+UNLISTED_STORECODE = "EASTSIDE  "  # a store removed from the store list; balances and memberships remain
+ODD_STATUSES = ("Suspended", "Pending")  # membership statuses outside the contract's five
+CLOSED_DAYS_AGO = 120  # the closed store's sales end this many days before the anchor
+TOP_DEBTORS = 50  # the top_debtors report's cap per store
+EDGE_DEBTORS = 56  # debtors at the first store (when there are clients enough): more than the cap
+BIG_DEBT = Decimal("4000.00")  # edge-case clients owe at least this at the first store: a top debtor
 
 FIRST = [
     "Ava",
@@ -276,6 +299,41 @@ def generate(seed: int, clients: int, stores: int, anchor: dt.date, *, max_page_
     return service
 
 
+def idle_store_index(count: int) -> int | None:
+    """The store with no activity at all (a store just opened): the last one, from 3 stores on."""
+    return count - 1 if count >= 3 else None
+
+
+def closed_store_index(count: int) -> int | None:
+    """The store closed mid-history (inactive, no sale after :func:`closed_on`): the one before
+    the idle store, from 3 stores on."""
+    return count - 2 if count >= 3 else None
+
+
+def closed_on(anchor: dt.date) -> dt.date:
+    """The closed store's last business day."""
+    return anchor - dt.timedelta(days=CLOSED_DAYS_AGO)
+
+
+def dst_days(zone: ZoneInfo, on_or_before: dt.date) -> tuple[dt.date | None, dt.date | None]:
+    """The latest fall-back and spring-forward days of ``zone`` on or before ``on_or_before``
+    (within about a year; ``None`` for a zone without daylight saving time)."""
+    fall = spring = None
+    day = on_or_before
+    for _ in range(400):
+        before = dt.datetime.combine(day, dt.time(), zone).utcoffset()
+        after = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), zone).utcoffset()
+        if before is not None and after is not None:
+            if after < before and fall is None:
+                fall = day
+            elif after > before and spring is None:
+                spring = day
+        if fall and spring:
+            break
+        day -= dt.timedelta(days=1)
+    return fall, spring
+
+
 def _d(text: str) -> Decimal:
     return Decimal(text).quantize(m.CENT)
 
@@ -290,7 +348,8 @@ def _configuration(service: Service, rng: random.Random, count: int) -> None:
         code = _storecode(base, i)
         if i >= len(STORES):
             name = f"{name} {i + 1}"
-        service.add_store(m.Store(code, name, city, state, tz, i != INACTIVE_STORE_INDEX, Decimal(tax)))
+        active = i != closed_store_index(count)
+        service.add_store(m.Store(code, name, city, state, tz, active, Decimal(tax)))
     codes = list(service.stores)
 
     def store_of(index: int | None) -> str | None:
@@ -368,7 +427,13 @@ class _Clients:
         self.anchor = service.anchor
         self.anchor_ordinal = service.anchor.toordinal()
         self.codes = list(service.stores)
-        weights = [max(1, 10 - 2 * i) for i in range(len(self.codes))]  # first stores are busier
+        idle = idle_store_index(len(self.codes))
+        # random store choices never land on the idle store; home stores neither (weight 0)
+        self.busy = [c for k, c in enumerate(self.codes) if k != idle]
+        closed = closed_store_index(len(self.codes))
+        self.closed = self.codes[closed] if closed is not None else None
+        self.closed_on = closed_on(service.anchor)
+        weights = [0 if k == idle else max(1, 10 - 2 * k) for k in range(len(self.codes))]  # first: busier
         self.cum_weights = list(itertools.accumulate(weights))
         width = max(6, len(str(10 + count * 7)))
         numbers, n = [], 10
@@ -395,6 +460,8 @@ class _Clients:
         rnd = self.rng.random
         for i, number in enumerate(self.numbers):
             self.core(i, number, rnd)
+        # before the shares: an edge case may move a client's last_modified (and its history's end)
+        self.edges = _EdgeCases(self, random.Random(self.seed * 2_000_003 + 11))
         for owner, sharees in self.owners.items():
             self.plan_shares(owner, sharees)
         self.s.filler = self.fill
@@ -439,7 +506,7 @@ class _Clients:
         if rnd() >= 0.1:  # 10% have no ledger at all
             client.ledger[home] = self.balance(rnd)
             if rnd() < 0.12 and len(self.codes) > 1:
-                other = self.codes[int(rnd() * len(self.codes))]
+                other = self.busy[int(rnd() * len(self.busy))]
                 client.ledger.setdefault(other, self.balance(rnd))
         s.add_client(client)
         self.index[number] = i
@@ -492,6 +559,7 @@ class _Clients:
             self.affiliated_package(client, draw)
         self.transactions(client, draw)
         self.points(client, draw)
+        self.edges.fill(client)
 
     def memberships(self, i: int, client: m.Client, draw: _Draw) -> None:
         rng = draw.rng
@@ -507,7 +575,7 @@ class _Clients:
                 is_eft = rng.random() < 0.65
                 table = EFT_STATUSES if is_eft else NONEFT_STATUSES
                 status = rng.choices([t[0] for t in table], [t[1] for t in table])[0]
-            code = client.home_store if k == 0 or rng.random() < 0.8 else rng.choice(self.codes)
+            code = client.home_store if k == 0 or rng.random() < 0.8 else rng.choice(self.busy)
             membership_id = f"M{client.client_number}-{k + 1}"
             shared = self.s.shares.get(membership_id)  # an owner's membership began before its first share
             begin_by = min(shared.values()) if shared else None
@@ -644,8 +712,10 @@ class _Clients:
         rng, s = draw.rng, self.s
         count = rng.choice((0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 8))
         for k in range(1, count + 1):
-            code = client.home_store if rng.random() < 0.85 else rng.choice(self.codes)
+            code = client.home_store if rng.random() < 0.85 else rng.choice(self.busy)
             when = draw.moment(draw.day(draw.start, draw.until))
+            if code == self.closed and when.date() > self.closed_on:  # the store had closed by then
+                code = client.home_store if client.home_store != self.closed else self.busy[0]
             receipt = f"{client.client_number}{k:03d}"
             lines = [
                 self.line(client, code, receipt, n + 1, rng) for n in range(rng.choice((1, 1, 1, 2, 2, 3)))
@@ -743,6 +813,201 @@ class _Clients:
 
     def to_utc(self, local: dt.datetime, storecode: str) -> dt.datetime:
         return local.replace(tzinfo=self.s.zone(storecode)).astimezone(dt.UTC)
+
+
+class _EdgeCases:
+    """The reports' edge cases (see the module docstring), planned eagerly, filled in lazily.
+
+    The plan picks its clients in client order among those that take no part in the forced
+    coverage or in a shared package, sets their ledgers (and, for the DST client, an earlier
+    ``last_modified``: its history ends on the DST day, so the DST sale is its newest), then
+    fills the first store up to :data:`EDGE_DEBTORS` debtors and ties ranks 49 to 52. Holdings
+    (memberships, sales) are added when the client is filled, after the generated ones.
+    """
+
+    def __init__(self, gen: _Clients, rng: random.Random) -> None:
+        self.gen, self.s, self.rng = gen, gen.s, rng
+        self.first = gen.codes[0]
+        self.extra: dict[str, list[Callable[[m.Client], None]]] = {}
+        sharing = {gen.numbers[i] for i in gen.owners} | {n for v in gen.owners.values() for n in v}
+        forced = len(catalogue.MEMBERSHIP_STATUSES)
+        self.free = [n for n in gen.numbers[forced:] if n not in sharing]
+        self.plan_dst()
+        self.plan_unlisted()
+        self.plan_odd_statuses()
+        self.plan_late_payment()
+        self.plan_debtors()
+
+    def fill(self, client: m.Client) -> None:
+        for add in self.extra.get(client.client_number, ()):
+            add(client)
+
+    def take(self, fits: Callable[[m.Client, dt.date, dt.date], bool]) -> m.Client | None:
+        """The first free client whose history (start, until) fits, no longer free."""
+        for number in self.free:
+            client = self.s.clients[number]
+            if fits(client, self.gen.history_start(client), self.gen.until[number]):
+                self.free.remove(number)
+                return client
+        return None
+
+    def later(self, client: m.Client, add: Callable[[m.Client], None]) -> None:
+        self.extra.setdefault(client.client_number, []).append(add)
+
+    # --- the plan (eager) ----------------------------------------------------------------------
+
+    def plan_dst(self) -> None:
+        fall, spring = dst_days(self.s.zone(self.first), self.gen.anchor - dt.timedelta(days=20))
+        if fall is None or spring is None:
+            return
+        earliest, latest = min(fall, spring), max(fall, spring)
+        client = self.take(lambda c, start, until: c.created_date < earliest - dt.timedelta(days=30))
+        if client is None:
+            return
+        # the client's history ends on the later DST day: its 23:30 sale there is its newest
+        self.gen.until[client.client_number] = latest
+        client.last_modified = dt.datetime.combine(latest + dt.timedelta(days=3), dt.time(12), dt.UTC)
+        client.ledger[self.first] = BIG_DEBT + Decimal("321.09")
+        self.later(client, lambda c: self.dst_sales(c, fall, spring))
+
+    def plan_unlisted(self) -> None:
+        owing = self.take(lambda c, start, until: True)
+        in_credit = self.take(lambda c, start, until: True)
+        member = self.take(lambda c, start, until: (until - start).days >= 60)
+        if owing is None or in_credit is None or member is None:
+            return
+        owing.ledger[UNLISTED_STORECODE] = Decimal("9999.99")  # would top every store if it counted
+        in_credit.ledger[UNLISTED_STORECODE] = Decimal("-25.00")
+        member.ledger[self.first] = BIG_DEBT + Decimal("210.50")  # a top debtor: its memberships show
+        self.later(member, self.unlisted_membership)
+
+    def plan_odd_statuses(self) -> None:
+        client = self.take(lambda c, start, until: (until - start).days >= 60)
+        if client is not None:
+            client.ledger[self.first] = BIG_DEBT + Decimal("100.25")
+            self.later(client, self.odd_memberships)
+
+    def plan_late_payment(self) -> None:
+        client = self.take(lambda c, start, until: (until - start).days >= 240)
+        if client is not None:
+            client.ledger[self.first] = BIG_DEBT + Decimal("55.55")
+            self.later(client, self.late_payment)
+
+    def plan_debtors(self) -> None:
+        """More than 50 debtors at the first store and a tie straddling the 50th place."""
+        code = self.first
+        owing = [c for c in self.s.clients.values() if c.ledger.get(code, m.ZERO) > 0]
+        others = [c for c in self.s.clients.values() if code not in c.ledger]
+        if len(owing) + len(others) < EDGE_DEBTORS:
+            return  # too few clients for the case
+        self.rng.shuffle(others)
+        for client in others[: max(0, EDGE_DEBTORS - len(owing))]:
+            client.ledger[code] = m.cents(100 + self.rng.randrange(49900))
+            owing.append(client)
+        owing.sort(key=lambda c: (-c.ledger[code], c.client_number))
+        tie = owing[TOP_DEBTORS - 2].ledger[code]
+        for client in owing[TOP_DEBTORS - 1 : TOP_DEBTORS + 2]:  # ranks 50 to 52 join rank 49
+            client.ledger[code] = tie
+
+    # --- the holdings (lazy) -------------------------------------------------------------------
+
+    def sale(
+        self,
+        client: m.Client,
+        suffix: int,
+        when: dt.datetime,
+        style: m.WireStyle,
+        paid: dt.datetime | None = None,
+    ) -> m.Transaction:
+        """A one-line retail sale at the first store, paid in full at ``paid`` (default: at once)."""
+        code = self.first
+        receipt = f"{client.client_number}{suffix:03d}"
+        product = self.gen.products[code][suffix % len(self.gen.products[code])]
+        tax = (product.price * self.s.stores[code].tax_rate).quantize(m.CENT, ROUND_HALF_UP)
+        line = m.TransactionLine(
+            1, "R", product.product_number, product.name, 1, product.price, product.price, tax
+        )
+        staff = self.gen.staff[code][0]
+        txn = m.Transaction(receipt, client.client_number, code, staff, when, "Saved", [line], [], style)
+        pay_code = self.gen.pay_codes[code][0]
+        txn.payments.append(m.Payment(f"PY{receipt}1", pay_code, txn.total, paid or when))
+        self.s.add_transaction(txn)
+        return txn
+
+    def dst_sales(self, client: m.Client, fall: dt.date, spring: dt.date) -> None:
+        at = dt.datetime.combine
+        moments: list[tuple[dt.datetime, m.WireStyle]] = [
+            (at(fall, dt.time(1, 30)), "utc"),  # the first 01:30 (daylight time)
+            (at(fall, dt.time(1, 30, fold=1)), "offset"),  # the second 01:30 (standard time)
+            (at(fall, dt.time(23, 30)), "utc"),  # the next day in UTC
+            (at(spring, dt.time(1, 59, 59)), "local"),  # the last second before the clocks jump
+            (at(spring, dt.time(3, 0)), "offset"),  # the first second after
+            (at(spring, dt.time(23, 30)), "utc"),
+        ]
+        for k, (when, style) in enumerate(moments):
+            self.sale(client, 901 + k, when, style)
+
+    def unlisted_membership(self, client: m.Client) -> None:
+        start = self.gen.history_start(client)
+        eft = self.s.eft_types[self.gen.eft_ids[0]]
+        zone = self.s.zone(client.home_store)  # the unlisted store's zone is unknown
+        changed = dt.datetime.combine(start, dt.time(10), zone).astimezone(dt.UTC)
+        membership_id = f"M{client.client_number}-9"
+        self.s.add_membership(
+            m.Membership(
+                membership_id,
+                client.client_number,
+                eft.membership_type_id,
+                eft.name,
+                True,
+                "Active",
+                UNLISTED_STORECODE,
+                start,
+                None,
+                DRAW_DAYS[2],
+                eft.monthly_dues,
+                None,
+                None,
+                None,
+                None,
+                changed,
+            )
+        )
+
+    def odd_memberships(self, client: m.Client) -> None:
+        start = self.gen.history_start(client)
+        zone = self.s.zone(client.home_store)
+        changed = dt.datetime.combine(start, dt.time(11), zone).astimezone(dt.UTC)
+        eft = self.s.eft_types[self.gen.eft_ids[1]]
+        non = self.s.noneft_types[self.gen.noneft_ids[0]]
+        for k, (status, is_eft) in enumerate(zip(ODD_STATUSES, (True, False), strict=True)):
+            self.s.add_membership(
+                m.Membership(
+                    f"M{client.client_number}-{7 + k}",
+                    client.client_number,
+                    eft.membership_type_id if is_eft else non.membership_type_id,
+                    eft.name if is_eft else non.name,
+                    is_eft,
+                    status,
+                    client.home_store,
+                    start,
+                    None if is_eft else add_months(start, non.term_months),
+                    DRAW_DAYS[0] if is_eft else None,
+                    eft.monthly_dues if is_eft else None,
+                    None if is_eft else non.price,
+                    None,
+                    None,
+                    None,
+                    changed,
+                )
+            )
+
+    def late_payment(self, client: m.Client) -> None:
+        """A sale on the first day of the history, paid on its last day at 21:30 (after any
+        generated moment, so it is the client's newest payment at the first store)."""
+        start, until = self.gen.history_start(client), self.gen.until[client.client_number]
+        sold = dt.datetime.combine(start, dt.time(10))
+        self.sale(client, 900, sold, "local", paid=dt.datetime.combine(until, dt.time(21, 30)))
 
 
 class _Draw:

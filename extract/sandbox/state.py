@@ -385,7 +385,8 @@ class Service:
         return max(self.clock().astimezone(UTC).replace(microsecond=0), self.floor)
 
     def local_now(self, storecode: str) -> dt.datetime:
-        return self.now().astimezone(self._zones[storecode]).replace(tzinfo=None)
+        # a membership may sit at a storecode outside the store list (no timezone known): UTC then
+        return self.now().astimezone(self._zones.get(storecode, UTC)).replace(tzinfo=None)
 
     def touch(self, *clients: m.Client) -> dt.datetime:
         stamp = self.now()
