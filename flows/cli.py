@@ -141,6 +141,23 @@ def sync(
 
 
 @app.command()
+def audit(
+    clients: Annotated[
+        str | None,
+        typer.Option(help="clients to audit: a number, or 'all' (default: the nightly sample's size)"),
+    ] = None,
+    seed: Annotated[str | None, typer.Option(help="seed of the sample (default: a new one each run)")] = None,
+) -> None:
+    """Compare clients' live state with the landing zone now; queue those that differ for re-sync.
+
+    Exit 0: no difference; 1: differences found and queued for the next night; 2: bad input.
+    """
+    from membersync.flows.audit_cli import run_audit_cli
+
+    raise typer.Exit(run_audit_cli(clients, seed))
+
+
+@app.command()
 def demo(
     clients: Annotated[int, typer.Option(help="clients in the demo sandbox")] = 300,
 ) -> None:

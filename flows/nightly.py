@@ -21,7 +21,12 @@ Order of a night (the landing zone makes it restartable):
 2. Discovery (saved with the night, so a resumed run syncs the same clients in the same batches).
 3. Batches of sorted client numbers; batches already written by an interrupted run of the same
    night are skipped; each batch is written atomically.
-4. Commit (the manifest is written last), then the warehouse build and the report CSVs.
+4. The self-audit of an incremental night (:mod:`membersync.flows.audit`): a sample of the
+   clients *not* synced tonight is fetched live and compared with the landing zone; those that
+   differ are queued for a full re-sync (the next night's discovery adds them), or synced at
+   once in extra batches (``MEMBERSYNC_AUDIT_HEAL=now``).
+5. Commit (the manifest is written last; the re-sync queue then forgets the clients the night
+   synced), then the warehouse build and the report CSVs.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
@@ -74,14 +80,16 @@ class SyncOptions:
     build: bool = True  # build the warehouse and export reports after the commit
     whole_history: bool = True  # off: later nights fetch only a window (misses late corrections)
     client_options: Any = None  # membersync.extract.client.ClientOptions | None
+    audit: A.AuditOptions = field(default_factory=A.AuditOptions)  # the nightly self-audit
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
         """Defaults overridden by ``MEMBERSYNC_BATCH_SIZE``, ``MEMBERSYNC_BATCHES_IN_FLIGHT``,
         ``MEMBERSYNC_LOOKBACK_DAYS``, ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD),
         ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES``, ``MEMBERSYNC_WHOLE_HISTORY`` (on/off) and
-        ``MEMBERSYNC_BUILD`` (on/off: the warehouse build after the commit), and the client's
-        options (:meth:`ClientOptions.from_env`); a bad value raises a one-line SettingsError."""
+        ``MEMBERSYNC_BUILD`` (on/off: the warehouse build after the commit), the self-audit's
+        ``MEMBERSYNC_AUDIT_*`` (:meth:`AuditOptions.from_env`) and the client's options
+        (:meth:`ClientOptions.from_env`); a bad value raises a one-line SettingsError."""
         env = os.environ if env is None else env
         kw: dict[str, Any] = {}
         for name, minimum in (("batch_size", 1), ("batches_in_flight", 1), ("lookback_days", 0)):
@@ -109,6 +117,7 @@ class SyncOptions:
         client_options = ClientOptions.from_env(env)
         if client_options != ClientOptions():
             kw["client_options"] = client_options
+        kw["audit"] = A.AuditOptions.from_env(env)
         return cls(**kw)
 
 
@@ -151,6 +160,11 @@ class RunSummary:
     build: str = "not run"
     reports: list[str] = field(default_factory=list)
     error: str | None = None
+    # The self-audit: counts (sampled, differed, tables, keys, healed), and the keys that differed
+    # (client -> table -> keys; ids only, never a value), shown in the Prefect artifact only.
+    audit: str = "not run"
+    audit_counts: dict[str, int] = field(default_factory=dict)
+    audit_differed: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @property
     def requests_per_s(self) -> float:
@@ -177,10 +191,14 @@ class RunSummary:
             "batches_skipped": self.batches_skipped,
             "resumed": self.resumed,
             "window": self.window,
+            "audit": {"status": self.audit, **self.audit_counts},
         }
 
-    def table_rows(self) -> list[dict[str, str]]:
-        """The summary as rows of (item, value): the terminal table and the Prefect artifact."""
+    def table_rows(self, keys: bool = False) -> list[dict[str, str]]:
+        """The summary as rows of (item, value): the terminal table and the Prefect artifact.
+
+        With ``keys`` (the artifact), one more row per client the self-audit found different,
+        naming its tables and keys; the terminal and the manifest show counts only."""
         rows = [
             ("night", self.night.isoformat()),
             ("status", self.status),
@@ -198,9 +216,27 @@ class RunSummary:
         ]
         rows += [(f"rows: {name}", f"{count:,}") for name, count in sorted(self.rows.items())]
         rows.append(("rows: quarantined", f"{self.quarantined:,}"))
+        rows += self._audit_rows(keys)
         if self.error:
             rows.append(("error", self.error))
         return [{"item": k, "value": v} for k, v in rows]
+
+    def _audit_rows(self, keys: bool) -> list[tuple[str, str]]:
+        rows = [("self-audit", self.audit)]
+        counts = self.audit_counts
+        if counts:
+            rows += [
+                ("self-audit: clients sampled", f"{counts.get('sampled', 0):,}"),
+                ("self-audit: clients differed", f"{counts.get('differed', 0):,}"),
+                ("self-audit: tables differed", f"{counts.get('tables', 0):,}"),
+                ("self-audit: keys differed", f"{counts.get('keys', 0):,}"),
+                ("self-audit: clients re-synced tonight", f"{counts.get('healed', 0):,}"),
+            ]
+        if keys:
+            for number, by_table in sorted(self.audit_differed.items()):
+                what = "; ".join(f"{table}: {', '.join(ks)}" for table, ks in sorted(by_table.items()))
+                rows.append((f"self-audit differed: client {number}", what))
+        return rows
 
 
 # --- the lock (re-entrant within a process) ------------------------------------------------------------
@@ -286,6 +322,7 @@ class NightRun:
         self.batches: dict[str, B.Batch] = {}
         self.window: B.Window | None = None
         self.previous_watermark: str | None = None
+        self.healed: list[str] = []  # clients the self-audit had synced tonight (heal=now)
         self._discovery: B.Discovery | None = None
         self._started = time.perf_counter()
         self._cpu_started = time.process_time()
@@ -312,6 +349,8 @@ class NightRun:
         )
         self.summary.run_id = self.night.run_id
         self.summary.mode = mode
+        if full:
+            self.summary.audit = "not run (full night)"
         self.summary.resumed = bool(self.night.resumed)
         self.summary.window = self.window.describe()
         self.client = ServiceClient.from_settings(self.settings, self.options.client_options)
@@ -371,6 +410,9 @@ class NightRun:
                 else B.modified_since(self.previous_watermark, self.options.watermark_overlap)
             )
             discovery = await B.discover(self.client, self.storecodes, since, self.previous_watermark)
+            if since is not None:  # a full night lists everyone anyway
+                queue = await asyncio.to_thread(A.read_queue, self.data_dir)
+                discovery = with_queued(discovery, A.queued_discovery(queue))
             batch_size = self.options.batch_size
             await asyncio.to_thread(self.night.save_discovery, discovery.clients, batch_size)
         self._discovery = discovery
@@ -426,6 +468,71 @@ class NightRun:
             raw.batch.id, typed.tables, typed.quarantine_table, clients=B.client_numbers(raw.batch)
         )
 
+    async def audit(self) -> list[str]:
+        """The self-audit of an incremental night; returns the ids of extra batches to land now.
+
+        Samples clients not synced tonight, compares their live state with the landing zone's,
+        writes the audit's report (``state/audits/<night>.json``) and queues the clients that
+        differed for a full re-sync; with ``heal=now`` they are synced tonight in extra batches.
+        A full night syncs every client: nothing to audit.
+        """
+        if self.summary.mode == "full":
+            self.summary.audit = "not run (full night)"
+            return []
+        self.progress.phase("self-audit")
+        assert self._discovery is not None
+        options = self.options.audit
+        holdings = await asyncio.to_thread(A.read_holdings, self.data_dir)
+        tonight = set(self._discovery.client_numbers)
+        candidates = [n for n in holdings.known if n not in tonight]
+        size = A.sample_size(len(holdings.known), len(candidates), options)
+        sample = A.pick_sample(candidates, size, A.night_seed(self.night_date))
+        window = self._audit_window()
+        result = await A.audit_clients(
+            self.client, self.data_dir, holdings, sample, self.tz, window, self.options.batch_size
+        )
+        await asyncio.to_thread(self._record_audit, result)
+        heal = self._plan_heal(result) if options.heal == "now" else []
+        self.summary.audit_counts["healed"] = len(self.healed)
+        self.summary.audit = f"ok (heal: {options.heal})"
+        log.info(
+            "night %s: self-audit of %d clients: %d differed (%d keys), heal %s",
+            self.night_date,
+            len(sample),
+            len(result.differed),
+            result.keys,
+            options.heal,
+        )
+        return heal
+
+    def _audit_window(self) -> B.Window:
+        # Whole histories: the landing's events of a client are the union of every night's.
+        return B.Window.for_night(
+            self.night_date,
+            None,
+            full=True,
+            lookback_days=self.options.lookback_days,
+            points_start=self.options.points_start,
+        )
+
+    def _record_audit(self, result: A.AuditResult) -> None:
+        A.write_report(self.data_dir, result, self.night_date.isoformat())
+        A.queue_for_resync(self.data_dir, result, self.night_date.isoformat())
+        self.summary.audit_counts = result.counts()
+        self.summary.audit_differed = result.differed
+
+    def _plan_heal(self, result: A.AuditResult) -> list[str]:
+        """Extra batches for the clients that differed; the commit then expects them too."""
+        records = [result.records[n] for n in sorted(result.differed)]
+        planned = [
+            B.Batch(f"heal-{b.id}", b.clients) for b in B.plan_batches(records, self.options.batch_size)
+        ]
+        self.batches.update({b.id: b for b in planned})
+        self.healed = [r["clientNumber"] for r in records]
+        self.summary.clients += len(records)
+        self.summary.batches += len(planned)
+        return [b.id for b in planned]
+
     async def commit(self) -> None:
         """Record the night as committed (the manifest is written last).
 
@@ -444,6 +551,15 @@ class NightRun:
         self.summary.clients = manifest.clients_synced
         self.summary.quarantined = manifest.quarantine.rows
         self.summary.status = "committed"
+        await asyncio.to_thread(self._forget_synced)
+
+    def _forget_synced(self) -> None:
+        """The re-sync queue forgets the clients this committed night synced (never earlier)."""
+        synced = [*(self._discovery.client_numbers if self._discovery else ()), *self.healed]
+        try:
+            A.forget_synced(self.data_dir, synced)
+        except OSError as exc:  # the night is committed; the queue only re-syncs them once more
+            log.warning("night %s committed; could not update the re-sync queue: %s", self.night_date, exc)
 
     async def build(self) -> None:
         """Hand the committed night over to the warehouse build and the report export."""
@@ -482,6 +598,7 @@ class Steps(Protocol):
     async def config(self) -> None: ...
     async def discover(self) -> list[str]: ...
     async def batch(self, batch_id: str) -> None: ...
+    async def audit(self) -> list[str]: ...
     async def commit(self) -> None: ...
     async def build(self) -> None: ...
 
@@ -498,6 +615,9 @@ class DirectSteps:
 
     async def batch(self, batch_id: str) -> None:
         await self.run.land_batch(batch_id)
+
+    async def audit(self) -> list[str]:
+        return await self.run.audit()
 
     async def commit(self) -> None:
         await self.run.commit()
@@ -525,6 +645,12 @@ async def drive(run: NightRun, steps: Steps) -> RunSummary:
         run.progress.phase("clients")
         async with asyncio.TaskGroup() as group:
             for batch_id in pending:
+                group.create_task(one(batch_id))
+        # The self-audit (incremental nights); with heal=now, the clients that differed are
+        # synced tonight in extra batches before the commit.
+        healing = await steps.audit() if run.summary.mode == "incremental" else []
+        async with asyncio.TaskGroup() as group:
+            for batch_id in healing:
                 group.create_task(one(batch_id))
         await steps.commit()
     except BaseException as exc:
@@ -602,7 +728,15 @@ def run_night(
 # that. ``membersync.flows.nightly.nightly_sync`` (the contract's name) still works.
 
 _PREFECT_NAMES = frozenset(
-    {"nightly_sync", "PrefectSteps", "SUMMARY_ARTIFACT_KEY", "config_task", "discovery_task", "batch_task"}
+    {
+        "nightly_sync",
+        "PrefectSteps",
+        "SUMMARY_ARTIFACT_KEY",
+        "config_task",
+        "discovery_task",
+        "batch_task",
+        "audit_task",
+    }
 )
 # Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
 # holds the credentials) without either becoming a task parameter.
@@ -631,6 +765,18 @@ def __getattr__(name: str) -> Any:
 
         return getattr(prefect_flow, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def with_queued(discovery: B.Discovery, queued: list[dict[str, Any]]) -> B.Discovery:
+    """Tonight's discovery plus the clients the self-audit queued for a re-sync (sorted, unique).
+
+    The watermark stays the discovered one: a queued client was not found by ``modifiedSince``.
+    """
+    if not queued:
+        return discovery
+    by_number = {c["clientNumber"]: c for c in queued}
+    by_number.update({c["clientNumber"]: c for c in discovery.clients})
+    return B.Discovery([by_number[n] for n in sorted(by_number)], discovery.watermark)
 
 
 def summary_from_flow_result(result: Mapping[str, Any]) -> RunSummary:

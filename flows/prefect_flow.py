@@ -46,6 +46,12 @@ async def batch_task(run_key: str, batch_id: str) -> int:
     return await nightly.RUNS[run_key].land_batch(batch_id)
 
 
+@task(name="self-audit", **_TASK_OPTIONS)
+async def audit_task(run_key: str) -> list[str]:
+    """The self-audit of an incremental night; returns the ids of re-sync batches to land now."""
+    return await nightly.RUNS[run_key].audit()
+
+
 @task(name="commit", **_TASK_OPTIONS)
 async def commit_task(run_key: str) -> None:
     await nightly.RUNS[run_key].commit()
@@ -70,6 +76,9 @@ class PrefectSteps:
 
     async def batch(self, batch_id: str) -> None:
         await batch_task(self.key, batch_id)
+
+    async def audit(self) -> list[str]:
+        return await audit_task(self.key)
 
     async def commit(self) -> None:
         await commit_task(self.key)
@@ -112,7 +121,7 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
         try:
             await acreate_table_artifact(
                 key=SUMMARY_ARTIFACT_KEY,
-                table=run.summary.table_rows(),
+                table=run.summary.table_rows(keys=True),
                 description=f"membersync night {run.summary.night} ({run.summary.status})",
             )
         except Exception as exc:  # the summary is also in the manifest: never mask the night's outcome

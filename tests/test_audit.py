@@ -1,0 +1,352 @@
+"""The nightly self-audit (issue 9): silent vendor changes are found, queued, and healed.
+
+The sandbox changes clients *silently* (:mod:`membersync.extract.sandbox.silent`: no
+``lastModified`` bump), so an incremental night's discovery cannot see them. Ground truth is
+what the sandbox says it changed (client, kind, and the storecode / membership / receipt it
+touched), never our comparison; the reports' truth is ``tests/truth.py`` (plain Python,
+``Decimal``, from the sandbox's own state). Nights run as real ``membersync`` processes
+(``tests/reliability.py``'s :class:`Workspace`, Prefect off) against the sandbox on loopback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import truth
+from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.silent import SilentChange, change_silently
+from membersync.extract.settings import SettingsError
+from membersync.flows import audit as A
+from membersync.flows import batches as B
+from membersync.flows.audit_cli import AuditUsageError, parse_clients
+from membersync.flows.nightly import with_queued
+from membersync.models import tables as T
+from membersync.warehouse.manifest import read_manifest
+from reliability import Outcome, Workspace
+
+# Three nights, the last one tomorrow (the latest night a sync accepts); data up to the first.
+ANCHOR = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+NIGHT1, NIGHT2, NIGHT3 = ANCHOR, ANCHOR + dt.timedelta(days=1), ANCHOR + dt.timedelta(days=2)
+# The table (and key) each kind of silent change shows up in.
+TABLE_OF_KIND = {
+    "ledger": "ledger_balances",
+    "membership": "memberships",
+    "transaction": "transactions",
+    "points": "points_balances",
+}
+
+
+# --- sampling and settings (no HTTP) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "known", "candidates", "env", "expected"),
+    [
+        ("share of 100,000 known clients: 1% = 1,000", 100_000, 99_000, {}, 1_000),
+        ("small tenant: at least 20", 200, 190, {}, 20),
+        ("fewer candidates than the minimum: all of them", 200, 7, {}, 7),
+        ("request budget caps the share: 900 requests = 100 clients", 100_000, 99_000,
+         {"MEMBERSYNC_AUDIT_MAX_REQUESTS": "900"}, 100),
+        ("request budget wins over the minimum: 90 requests = 10 clients", 200, 190,
+         {"MEMBERSYNC_AUDIT_MAX_REQUESTS": "90"}, 10),
+        ("budget 0 turns the audit off", 5_000, 5_000, {"MEMBERSYNC_AUDIT_MAX_REQUESTS": "0"}, 0),
+        ("share 25% of 200", 200, 150, {"MEMBERSYNC_AUDIT_SHARE": "0.25"}, 50),
+        ("minimum 0 and share 0: nothing", 200, 150,
+         {"MEMBERSYNC_AUDIT_SHARE": "0", "MEMBERSYNC_AUDIT_MIN": "0"}, 0),
+    ],
+)  # fmt: skip
+def test_sample_size_bounds(
+    case: str, known: int, candidates: int, env: dict[str, str], expected: int
+) -> None:
+    assert A.sample_size(known, candidates, A.AuditOptions.from_env(env)) == expected, case
+
+
+def test_default_budget_affords_the_default_share_of_100000_clients() -> None:
+    options = A.AuditOptions()
+    assert A.REQUESTS_PER_CLIENT == 9  # the nine per-client reads, nothing else
+    assert options.max_requests // A.REQUESTS_PER_CLIENT >= math.ceil(0.01 * 100_000)
+
+
+def test_pick_sample_is_seeded_sorted_and_drawn_from_the_candidates() -> None:
+    candidates = [f"{n:06d}" for n in range(500)]
+    first = A.pick_sample(candidates, 40, "night-a")
+    assert first == A.pick_sample(reversed(candidates), 40, "night-a")  # same seed, same sample
+    assert first == sorted(first) and len(set(first)) == 40 and set(first) <= set(candidates)
+    assert first != A.pick_sample(candidates, 40, "night-b")
+    assert A.pick_sample(candidates[:5], 40, "night-a") == candidates[:5]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MEMBERSYNC_AUDIT_SHARE": "1.5"}, "MEMBERSYNC_AUDIT_SHARE"),
+        ({"MEMBERSYNC_AUDIT_SHARE": "lots"}, "MEMBERSYNC_AUDIT_SHARE"),
+        ({"MEMBERSYNC_AUDIT_MIN": "-1"}, "MEMBERSYNC_AUDIT_MIN"),
+        ({"MEMBERSYNC_AUDIT_MAX_REQUESTS": "ten"}, "MEMBERSYNC_AUDIT_MAX_REQUESTS"),
+        ({"MEMBERSYNC_AUDIT_HEAL": "later"}, "MEMBERSYNC_AUDIT_HEAL"),
+    ],
+)
+def test_bad_audit_settings_are_one_line_naming_the_setting(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message) as caught:
+        A.AuditOptions.from_env(env)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "1.5", ""])
+def test_bad_clients_option_is_refused(value: str) -> None:
+    with pytest.raises(AuditUsageError, match="--clients"):
+        parse_clients(value)
+
+
+def test_clients_option_values() -> None:
+    assert parse_clients(None) == -1 and parse_clients("all") is None and parse_clients("12") == 12
+
+
+def test_comparison_ignores_the_ledgers_as_of_stamp_and_row_order_but_not_a_cent() -> None:
+    schema = T.table("ledger_balances").schema
+
+    def ledger(rows: list[tuple[str, str, str, dt.date]]) -> pa.Table:
+        from decimal import Decimal
+
+        return pa.Table.from_pylist(
+            [
+                {"client_number": c, "storecode": s, "balance": Decimal(b), "as_of": d, "extra": None}
+                for c, s, b, d in rows
+            ],
+            schema=schema,
+        )
+
+    day1, day2 = dt.date(2026, 1, 1), dt.date(2026, 1, 9)
+    landed = A.keyed_rows(
+        "ledger_balances", ledger([("0001", "A         ", "10.00", day1), ("0001", "B", "0.50", day1)])
+    )
+    same = A.keyed_rows(
+        "ledger_balances", ledger([("0001", "B", "0.50", day2), ("0001", "A         ", "10.00", day2)])
+    )
+    cent = A.keyed_rows(
+        "ledger_balances", ledger([("0001", "B", "0.51", day2), ("0001", "A         ", "10.00", day2)])
+    )
+    empty: dict[str, Any] = {name: {} for name in A.AUDITED_TABLES}
+    assert (
+        A.differences({**empty, "ledger_balances": landed}, {**empty, "ledger_balances": same}, ["0001"])
+        == {}
+    )
+    assert A.differences(
+        {**empty, "ledger_balances": landed}, {**empty, "ledger_balances": cent}, ["0001"]
+    ) == {"0001": {"ledger_balances": ["B"]}}
+    # a row only on one side is a difference too (a ledger paid off to nothing, or a new one)
+    assert A.differences({**empty, "ledger_balances": landed}, empty, ["0001"]) == {
+        "0001": {"ledger_balances": ["A         ", "B"]}
+    }
+
+
+def test_queued_clients_join_the_discovery_without_moving_the_watermark() -> None:
+    found = B.Discovery(
+        [{"clientNumber": "0005", "homeStore": "S", "lastModified": "2026-01-02T00:00:00Z"}],
+        "2026-01-02T00:00:00Z",
+    )
+    queued = [
+        {"clientNumber": "0001", "homeStore": "S", "lastModified": "2025-01-01T00:00:00Z"},
+        {"clientNumber": "0005", "homeStore": "S", "lastModified": "2025-01-01T00:00:00Z"},
+    ]
+    merged = with_queued(found, queued)
+    assert merged.client_numbers == ["0001", "0005"]
+    assert merged.clients[1] == found.clients[0]  # discovery's own record wins
+    assert merged.watermark == found.watermark
+
+
+def test_queue_is_owner_only_and_forgets_only_synced_clients(tmp_path: Path) -> None:
+    from membersync.warehouse.paths import DataDir
+
+    data_dir = DataDir(tmp_path / "data")
+    result = A.AuditResult(
+        ["0001", "0002", "0003"], {"0001": {"memberships": ["M1"]}, "0003": {"clients": ["0003"]}}
+    )
+    A.queue_for_resync(data_dir, result, "2026-01-01")
+    path = A.resync_file(data_dir)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert sorted(A.read_queue(data_dir)) == ["0001", "0003"]
+    assert A.forget_synced(data_dir, ["0002", "0003"]) == 1
+    assert sorted(A.read_queue(data_dir)) == ["0001"]
+    assert not [p for p in path.parent.iterdir() if ".tmp-" in p.name]
+
+
+# --- end to end -------------------------------------------------------------------------------------
+
+
+def make_workspace(tmp_path: Path, sandbox: RunningSandbox, **env: str) -> Workspace:
+    return Workspace(tmp_path / "ws", sandbox.url, ANCHOR, batch_size=40, extra_env=env)
+
+
+def sync(ws: Workspace, night: dt.date) -> Outcome:
+    outcome = ws.sync(ws.argv(night))
+    assert outcome.ok, outcome.describe()
+    return outcome
+
+
+def audit_report(ws: Workspace, label: str) -> dict[str, Any]:
+    path = A.audit_report_file(ws.data_dir, label)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def on_demand_report(ws: Workspace, outcome: Outcome) -> dict[str, Any]:
+    line = next(x for x in outcome.stdout.splitlines() if x.startswith("report: "))
+    return json.loads(Path(line.removeprefix("report: ").strip()).read_text())  # type: ignore[no-any-return]
+
+
+def synced_on(ws: Workspace, night: dt.date) -> set[str]:
+    from membersync.warehouse.landing import LandingZone
+
+    return set(LandingZone(ws.data_dir).read("synced_clients", night)["client_number"].to_pylist())
+
+
+def expected_findings(changes: dict[str, SilentChange], clients: set[str]) -> dict[str, dict[str, list[str]]]:
+    """What the audit must report for ``clients``: each silently changed one, with the one table
+    and key the sandbox says it changed; nothing for any other client."""
+    return {n: {TABLE_OF_KIND[c.kind]: [c.ident]} for n, c in sorted(changes.items()) if n in clients}
+
+
+def relisted(ws: Workspace, stamps: dict[str, dt.datetime], night: dt.date) -> set[str]:
+    """Clients the next night lists although unchanged: ``lastModified`` within the discovery's
+    safety overlap (15 minutes) of the night's watermark."""
+    manifest = read_manifest(ws.data_dir.manifests, night)
+    assert manifest is not None and manifest.watermark
+    since = dt.datetime.fromisoformat(manifest.watermark.replace("Z", "+00:00")) - dt.timedelta(minutes=15)
+    return {n for n, stamp in stamps.items() if stamp >= since}
+
+
+def touch_clients(sandbox: RunningSandbox, numbers: list[str]) -> None:
+    """Ordinary changes (``lastModified`` bumped): these clients are synced by the next night."""
+
+    def write(service: Any) -> None:
+        for number in numbers:
+            service.update_comm_prefs(
+                {"clientNumber": number, "sms": not service.clients[number].comm_prefs["sms"]}
+            )
+
+    sandbox.call(write)
+
+
+@pytest.mark.slow
+def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_healed(
+    fresh_sandbox: Callable[..., RunningSandbox], tmp_path: Path
+) -> None:
+    """Case: 30 clients changed silently after a committed night (issue 9's must-show)."""
+    sandbox = fresh_sandbox(clients=200, stores=5, seed=11, anchor_date=ANCHOR)
+    ws = make_workspace(tmp_path, sandbox, MEMBERSYNC_AUDIT_SHARE="0.25")
+    first = sync(ws, NIGHT1)
+    assert first.summary_value("self-audit") == "not run (full night)"
+    truth.assert_night_exact(sandbox, ws.data_dir, NIGHT1)
+
+    stamps = sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()})
+    changes = sandbox.call(lambda s: change_silently(s, 30, seed=5))
+    assert len(changes) == 30 and {c.kind for c in changes.values()} == set(TABLE_OF_KIND)
+    assert sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()}) == stamps  # silent
+    # Ordinary changes too: two of them to silently changed clients, whom tonight syncs anyway.
+    touched = sorted(changes)[:2] + [n for n in sorted(stamps) if n not in changes][:3]
+    touch_clients(sandbox, touched)
+
+    # Night 2 (incremental): its audit samples clients it did not sync and finds exactly the
+    # silently changed ones among them.
+    second = sync(ws, NIGHT2)
+    assert second.summary_value("mode") == "incremental"
+    tonight = synced_on(ws, NIGHT2)
+    assert tonight == set(touched) | relisted(ws, stamps, NIGHT1)
+    report = audit_report(ws, NIGHT2.isoformat())
+    sampled = set(report["sampled"])
+    assert len(sampled) == 50 and not sampled & tonight and sampled <= set(stamps)  # 25% of 200
+    expected = expected_findings(changes, sampled)
+    assert expected, "the sample should hold some of the 30 (seeded): else this test checks nothing"
+    assert report["differed"] == expected
+    assert second.summary_value("self-audit: clients sampled") == "50"
+    assert second.summary_value("self-audit: clients differed") == str(len(expected))
+    stats = read_manifest(ws.data_dir.manifests, NIGHT2).stats["audit"]  # type: ignore[union-attr]
+    assert (stats["sampled"], stats["differed"]) == (50, len(expected))
+    assert sorted(A.read_queue(ws.data_dir)) == sorted(expected)
+    with pytest.raises(truth.ReportMismatch):  # the silent changes are not in the reports yet
+        truth.assert_night_exact(sandbox, ws.data_dir, NIGHT2)
+
+    # On demand, every client: exit 1, every unsynced silent change found, no false positive.
+    every = ws.sync(["audit", "--clients", "all"])
+    assert every.status == 1, every.describe()
+    unsynced = set(changes) - tonight
+    on_demand = on_demand_report(ws, every)
+    assert set(on_demand["sampled"]) == set(stamps)
+    assert on_demand["differed"] == expected_findings(changes, unsynced)
+    assert set(A.read_queue(ws.data_dir)) == unsynced
+
+    # Night 3 heals: the queued clients are synced in full, the queue empties, reports are exact.
+    third = sync(ws, NIGHT3)
+    assert synced_on(ws, NIGHT3) == unsynced
+    assert A.read_queue(ws.data_dir) == {}
+    assert third.summary_value("self-audit: clients differed") == "0"
+    truth.assert_night_exact(sandbox, ws.data_dir, NIGHT3)
+    clean = ws.sync(["audit", "--clients", "all"])
+    assert clean.status == 0, clean.describe()
+    assert on_demand_report(ws, clean)["differed"] == {}
+
+
+@pytest.mark.slow
+def test_no_silent_change_means_no_difference_even_with_drift_and_store_local_times(
+    fresh_sandbox: Callable[..., RunningSandbox], tmp_path: Path
+) -> None:
+    """Case: no false positives. Drift (numbers as strings, re-cased enums, unannounced fields),
+    offsets on store times, ledgers stamped with today's date, and a later night all differ in
+    form from the first fetch but not in substance."""
+    sandbox = fresh_sandbox(clients=120, stores=4, seed=23, anchor_date=ANCHOR, drift=True)
+    ws = make_workspace(tmp_path, sandbox, MEMBERSYNC_AUDIT_SHARE="1")
+    sync(ws, NIGHT1)
+    touch_clients(sandbox, sandbox.call(lambda s: sorted(s.clients)[:4]))
+    second = sync(ws, NIGHT2)
+    report = audit_report(ws, NIGHT2.isoformat())
+    unsynced = set(sandbox.call(lambda s: list(s.clients))) - synced_on(ws, NIGHT2)
+    assert len(unsynced) >= 100 and set(report["sampled"]) == unsynced  # every unsynced client
+    assert report["differed"] == {}
+    assert second.summary_value("self-audit: clients differed") == "0"
+    assert A.read_queue(ws.data_dir) == {}
+    every = ws.sync(["audit", "--clients", "all"])
+    assert every.status == 0, every.describe()
+    assert len(on_demand_report(ws, every)["sampled"]) == 120
+
+
+@pytest.mark.slow
+def test_heal_now_syncs_the_differing_clients_in_the_same_night(
+    fresh_sandbox: Callable[..., RunningSandbox], tmp_path: Path
+) -> None:
+    """Case: MEMBERSYNC_AUDIT_HEAL=now, every unsynced client audited: the night itself heals."""
+    sandbox = fresh_sandbox(clients=100, stores=4, seed=31, anchor_date=ANCHOR)
+    ws = make_workspace(tmp_path, sandbox, MEMBERSYNC_AUDIT_SHARE="1", MEMBERSYNC_AUDIT_HEAL="now")
+    sync(ws, NIGHT1)
+    stamps = sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()})
+    changes = sandbox.call(lambda s: change_silently(s, 12, seed=8))
+    second = sync(ws, NIGHT2)
+    listed = relisted(ws, stamps, NIGHT1)
+    found = set(changes) - listed
+    assert len(found) >= 10
+    assert audit_report(ws, NIGHT2.isoformat())["differed"] == expected_findings(changes, found)
+    assert synced_on(ws, NIGHT2) == listed | found  # discovered, plus the healed ones
+    assert second.summary_value("self-audit: clients re-synced tonight") == str(len(found))
+    assert A.read_queue(ws.data_dir) == {}
+    truth.assert_night_exact(sandbox, ws.data_dir, NIGHT2)
+
+
+def test_audit_command_bad_input_is_one_line_exit_2(sandbox: RunningSandbox, tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path, sandbox)
+    for argv, says in (
+        (["audit", "--clients", "none"], "--clients"),
+        (["audit"], "no committed night"),  # nothing synced yet: nothing to compare with
+    ):
+        outcome = ws.sync(argv)
+        assert outcome.status == 2, outcome.describe()
+        lines = outcome.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], outcome.stderr
