@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import truth
+from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.extract.sandbox.silent import SilentChange, change_silently
 from membersync.extract.settings import SettingsError
@@ -286,8 +287,10 @@ def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_hea
     assert set(A.read_queue(ws.data_dir)) == unsynced
 
     # Night 3 heals: the queued clients are synced in full, the queue empties, reports are exact.
+    assert len(unsynced) >= 25  # the overlap re-lists few unchanged clients: most still need healing
+    stamps = sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()})
     third = sync(ws, NIGHT3)
-    assert synced_on(ws, NIGHT3) == unsynced
+    assert synced_on(ws, NIGHT3) == unsynced | relisted(ws, stamps, NIGHT2)
     assert A.read_queue(ws.data_dir) == {}
     assert third.summary_value("self-audit: clients differed") == "0"
     truth.assert_night_exact(sandbox, ws.data_dir, NIGHT3)
@@ -350,3 +353,56 @@ def test_audit_command_bad_input_is_one_line_exit_2(sandbox: RunningSandbox, tmp
         assert outcome.status == 2, outcome.describe()
         lines = outcome.stderr.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], outcome.stderr
+
+
+@pytest.mark.prefect
+def test_prefect_runs_the_audit_as_its_own_task_and_its_artifact_names_the_keys(
+    prefect_harness: Path,  # noqa: F811
+    fresh_sandbox: Callable[..., RunningSandbox],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Case: the flow's self-audit task; the artifact lists clients, tables and keys, no value."""
+    import asyncio
+
+    from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    sandbox = fresh_sandbox(clients=60, stores=3, seed=41, anchor_date=ANCHOR)
+    ws = make_workspace(tmp_path, sandbox, MEMBERSYNC_AUDIT_SHARE="1", MEMBERSYNC_BUILD="off")
+    for key, value in ws.env().items():
+        if key.startswith("MEMBERSYNC_"):
+            monkeypatch.setenv(key, value)
+    first = asyncio.run(nightly_sync(night=NIGHT1, return_state=True))
+    assert first.is_completed(), first
+    stamps = sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()})
+    changes = sandbox.call(lambda s: change_silently(s, 4, seed=2))
+    state = asyncio.run(nightly_sync(night=NIGHT2, return_state=True))
+    assert state.is_completed(), state
+    found = set(changes) - relisted(ws, stamps, NIGHT1)
+    assert found and state.result()["audit_counts"]["differed"] == len(found)
+
+    async def inspect() -> tuple[list[Any], list[Any]]:
+        async with get_client() as client:
+            runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+            tasks = await client.read_task_runs(flow_run_filter=runs)
+            artifacts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[SUMMARY_ARTIFACT_KEY])),
+                flow_run_filter=runs,
+            )
+            return tasks, artifacts
+
+    tasks, artifacts = asyncio.run(inspect())
+    assert sum(t.name.startswith("self-audit-") for t in tasks) == 1  # its own task run
+    rows = {row["item"]: row["value"] for row in json.loads(artifacts[0].data)}
+    for number in found:
+        change, item = changes[number], f"self-audit differed: client {number}"
+        assert rows[item] == f"{TABLE_OF_KIND[change.kind]}: {change.ident}"
+    assert sum(item.startswith("self-audit differed: ") for item in rows) == len(found)  # nobody else
+    assert rows["self-audit: clients differed"] == str(len(found))
