@@ -200,11 +200,14 @@ def test_incremental_night_fetches_only_changed_clients_and_current_state_covers
     synced = published_rows(data_dir, night2)["synced_clients"]
     assert sorted(synced["client_number"].to_pylist()) == expected
     # requests: configuration (8 + 5 per store) + one search page per store + nine reads per
-    # changed client + a share lookup per membership of a package owner among them
+    # changed client + a share lookup per membership of a package owner among them, plus the
+    # self-audit's nine reads per sampled client (issue 9; default: at least 20 clients)
     stores = sandbox.call(lambda s: len(s.stores))
     n = len(expected)
-    assert 9 * n <= second.requests <= 8 + 5 * stores + stores + 9 * n + 3 * n
-    assert second.requests < first.requests / 4
+    audit = 9 * second.audit_counts["sampled"]
+    assert second.audit_counts["sampled"] == 20 and second.audit_counts["differed"] == 0
+    assert 9 * n + audit <= second.requests <= 8 + 5 * stores + stores + 9 * n + 3 * n + audit
+    assert second.requests - audit < first.requests / 4
 
     # the warehouse's current state still covers every client, with tonight's change in it
     with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
