@@ -543,6 +543,42 @@ def assert_csvs_equal(data_dir: DataDir, night: dt.date, truth: Reports) -> None
         raise ReportMismatch("CSVs differ from the sandbox's truth:\n  " + "\n  ".join(problems))
 
 
+def read_csvs(
+    data_dir: DataDir, night: dt.date, names: Iterable[str] = REPORT_NAMES
+) -> dict[str, list[dict[str, str]]]:
+    """The night's report CSVs as text rows (a missing file reads as no rows)."""
+    out = {}
+    for name in names:
+        path = csv_path(data_dir, night, name)
+        out[name] = read_csv(path)[1] if path.is_file() else []
+    return out
+
+
+def case_differences(
+    name: str,
+    actual: Sequence[Row],
+    csv_rows: Sequence[Mapping[str, str]],
+    truth_rows: Sequence[Row],
+    night: dt.date,
+    where: Callable[[Row], bool],
+) -> list[str]:
+    """Differences on the rows of one report that an edge case touches (``where`` on typed rows):
+    the warehouse's rows (typed, exact) and the CSV's rows (text) against the truth's. A CSV row
+    is compared when its key is that of a selected warehouse or truth row."""
+    key = SPECS[name].key
+    want = [r for r in truth_rows if where(r)]
+    got = [r for r in actual if where(r)]
+    problems = diff_rows(name, got, want, key, _same_typed)
+    texts = {tuple(cell_text(r[c]) for c in key) for r in [*got, *want]}
+
+    def selected(rows: Iterable[Mapping[str, str]]) -> list[Mapping[str, str]]:
+        return [r for r in rows if tuple(r[c] for c in key) in texts]
+
+    expected = expected_csv_rows(name, want, night)
+    problems += diff_rows(name + ".csv", selected(csv_rows), selected(expected), key)
+    return problems
+
+
 def assert_night_exact(sandbox: Any, data_dir: DataDir, night: dt.date) -> Reports:
     """The warehouse and the CSVs of ``night`` both equal the sandbox's truth; returns the truth."""
     truth = truth_of(sandbox, night)
