@@ -1,63 +1,75 @@
-"""Build ``DATA_DIR/warehouse.duckdb`` from the committed nights of the landing zone.
+"""Build ``DATA_DIR/warehouse.duckdb`` from the committed nights of the landing zone, with dbt.
 
-The build is a pure function of the landing zone: it reads **only** the Parquet files that the
-manifests in ``landing/_manifests/`` name (a night being written, or an orphan left by a crash,
-is never seen), copies them into the schema ``landing`` (``snapshot_date`` from the manifest,
-not from the path), then runs the SQL models of ``sql/`` layer by layer:
+The SQL layer is the dbt project in ``sql/`` (staging -> marts -> reports; grain, key, tests and
+column descriptions in each layer's YAML). A build:
 
-``staging``  typed, normalised, deduplicated by key: one row per key and night;
-``marts``    current state per client as of each night, events in their newest version;
-``reports``  the management reports that are exported as CSV.
+1. reads the manifests (``landing/_manifests/``): only the files they name are ever read, so a
+   night being written or an orphan left by a crash is never seen;
+2. decides what to build: **incremental** (the nights the published warehouse does not hold yet,
+   continuing from its state) or a **full refresh** (every night: the first build, ``--full-
+   refresh``, a changed dbt project, or a night committed again or older than the newest built);
+3. prepares a scratch DuckDB database (under ``DATA_DIR/warehouse/``) with views: ``landing.*``
+   over the new nights' files, ``prior.*`` over the published state, ``meta.*`` from the manifests;
+4. runs **one** ``dbt build`` there (every model, then its tests: keys unique and not null,
+   statuses accepted (unknown ones are ``other``), references, staging reconciled with landing,
+   landed rows reconciled with the manifests). A failed test raises :class:`BuildCheckError`
+   naming the model and the check, and the previous warehouse stays in place;
+5. writes each model's rows as new Parquet parts and a new catalog of views beside the old one
+   (:mod:`membersync.warehouse.catalog`), and swaps it in with ``os.replace``.
 
-Each model file starts with a header comment that states its grain and key (and optionally
-enumerations, references and its landing source); the build **checks** every declared key is
-not null and unique, every enumeration value is known or ``other`` (others are counted), every
-reference resolves, and landing row counts reconcile with the manifests and with staging. A
-failed check raises :class:`BuildCheckError` naming the model and the check, and the previous
-warehouse stays in place.
-
-Readers are never blocked: the new warehouse is written to a temporary file beside the old one
-and swapped in with ``os.replace``. DuckDB allows one writer per file, but the build never
-opens ``warehouse.duckdb`` itself, and a reader holding the old file keeps reading it (the old
-inode lives on until it closes) and sees the new night when it reopens.
+Readers are never blocked: the build never opens ``warehouse.duckdb`` for writing, a reader that
+holds the old catalog keeps reading it (and its parts, kept until the build after next), and sees
+the new night when it reopens. A crash at any moment leaves the previous warehouse whole.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
+import hashlib
 import logging
 import os
-import re
 import secrets
+import shutil
 import time
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
+from membersync.warehouse import catalog as cat
+from membersync.warehouse import dbt_run
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import Manifest, read_manifests
 from membersync.warehouse.paths import FILE_MODE, DataDir
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = dbt_run.SQL_DIR
 LAYERS = ("staging", "marts", "reports")
-SCHEMAS = ("meta", "landing", *LAYERS)
 TMP_PREFIX = "warehouse.duckdb.building-"
-QUARANTINE = "quarantine"  # landing.quarantine: rows the landing zone could not type, per night
+SCRATCH_PREFIX = "scratch-"
+# The published state an incremental build continues from (dbt source `prior`).
+PRIOR_TABLES = (
+    "client_snapshots",
+    "clients_daily",
+    "ledger_balances_daily",
+    "memberships_daily",
+    "points_balances_daily",
+    "billing_accounts_daily",
+    "current_client_packages",
+    "current_comm_prefs",
+    "transactions",
+    "transaction_lines",
+    "transaction_payments",
+    "points_transactions",
+)
 
-# Columns the build adds to every landing table (lineage, and the order of rows within a night).
-LINEAGE_COLUMNS = {
-    "snapshot_date": pa.date32(),
-    "_file_index": pa.int32(),  # position of the file in the night's manifest list
-    "_row": pa.int64(),  # row number inside the file
-    "_source_file": pa.string(),  # path relative to DATA_DIR/landing
-}
+
+# When several tests fail, the error names the first of these kinds (a broken key explains the rest).
+TEST_PRIORITY = {"not_null": 0, "unique_combination": 1, "accepted_values": 2, "references": 3}
 
 
 class BuildError(RuntimeError):
@@ -73,7 +85,7 @@ class BuildStaleError(BuildError):
 
 
 class BuildCheckError(BuildError):
-    """A model failed a check; the message names the model and the check."""
+    """A model failed a test (or did not build); the message names the model and the check."""
 
     def __init__(self, model: str, check: str, detail: str) -> None:
         self.model = model
@@ -82,208 +94,110 @@ class BuildCheckError(BuildError):
         super().__init__(f"build check failed: {model}: {check}: {detail}")
 
 
-# --------------------------------------------------------------------------------------------
-# Models: SQL files with a header comment
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EnumCheck:
-    column: str
-    allowed: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Reference:
-    target: str
-    columns: tuple[str, ...]
-
-
 @dataclass(frozen=True)
 class Model:
-    """One SQL file: ``sql/<layer>/<name>.sql`` builds the table (or view) ``<layer>.<name>``."""
+    """A dbt model as analysts see it: ``<layer>.<table>`` with its grain and key (from its YAML)."""
 
-    name: str
+    name: str  # schema.table
     layer: str
     path: Path
-    sql: str
     grain: str
     key: tuple[str, ...]
-    materialized: str = "table"
-    enums: tuple[EnumCheck, ...] = ()
-    references: tuple[Reference, ...] = ()
-    source: str | None = None
-    depends: frozenset[str] = frozenset()
-
-
-_HEADER = re.compile(r"^--\s*(model|grain|key|materialized|enum|references|source):\s*(.*)$")
-_CONTINUATION = re.compile(r"^--\s{2,}(\S.*)$")
-_ENUM = re.compile(r"^(\w+)\s+in\s+\((.*)\)$")
-_REFERENCE = re.compile(r"^([\w.]+)\s*\((.*)\)$")
-_MODEL_REF = re.compile(r"\b((?:staging|marts|reports)\.\w+)\b")
-
-
-class ModelError(BuildError):
-    """A model file's header is malformed; the message names the file."""
-
-
-def parse_model(path: Path, layer: str) -> Model:
-    text = path.read_text(encoding="utf-8")
-    name = f"{layer}.{path.stem}"
-    fields: dict[str, list[str]] = {}
-    last: str | None = None
-    for line in text.splitlines():
-        if not line.startswith("--"):
-            break
-        match = _HEADER.match(line)
-        if match:
-            last = match.group(1)
-            fields.setdefault(last, []).append(match.group(2).strip())
-        elif last == "grain" and (cont := _CONTINUATION.match(line)):
-            fields["grain"][-1] += " " + cont.group(1).strip()
-        else:
-            last = None
-
-    def one(label: str, default: str | None = None) -> str:
-        values = fields.get(label)
-        if not values:
-            if default is not None:
-                return default
-            raise ModelError(f"{path}: header has no '-- {label}:' line")
-        return values[0]
-
-    declared = one("model", name)
-    if declared != name:
-        raise ModelError(f"{path}: header says model {declared!r}, file is {name!r}")
-    key = tuple(k.strip() for k in one("key").split(",") if k.strip())
-    if not key:
-        raise ModelError(f"{path}: empty key")
-    materialized = one("materialized", "table")
-    if materialized not in ("table", "view"):
-        raise ModelError(f"{path}: materialized must be table or view, not {materialized!r}")
-    enums = []
-    for raw in fields.get("enum", []):
-        m = _ENUM.match(raw)
-        if not m:
-            raise ModelError(f"{path}: bad enum line {raw!r} (expected 'column in (a, b)')")
-        enums.append(EnumCheck(m.group(1), tuple(v.strip() for v in m.group(2).split(","))))
-    references = []
-    for raw in fields.get("references", []):
-        m = _REFERENCE.match(raw)
-        if not m:
-            raise ModelError(f"{path}: bad references line {raw!r} (expected 'schema.table (a, b)')")
-        references.append(Reference(m.group(1), tuple(c.strip() for c in m.group(2).split(","))))
-    sql = text.strip().rstrip(";")
-    # A model builds after the models its SQL names and the models its checks refer to.
-    referenced = {r.target for r in references if r.target.split(".")[0] in LAYERS}
-    depends = (frozenset(_MODEL_REF.findall(_strip_comments(sql))) | referenced) - {name}
-    return Model(
-        name=name,
-        layer=layer,
-        path=path,
-        sql=sql,
-        grain=one("grain"),
-        key=key,
-        materialized=materialized,
-        enums=tuple(enums),
-        references=tuple(references),
-        source=fields.get("source", [None])[0],
-        depends=depends,
-    )
-
-
-def _strip_comments(sql: str) -> str:
-    return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    storage: str
 
 
 def load_models(sql_dir: Path | None = None) -> list[Model]:
-    """Every model of ``sql_dir`` (default: the package's ``sql/``), in an order that builds.
-
-    Layers build in order (staging, marts, reports); inside a layer a model builds after the
-    models it names (``marts.x`` in its SQL), then by name, so the order is stable.
-    """
+    """Every model of the dbt project (default: the package's ``sql/``), from its layer's YAML."""
     root = sql_dir or SQL_DIR
-    ordered: list[Model] = []
-    built: set[str] = set()
-    for layer in LAYERS:
-        pending = {m.name: m for m in (parse_model(p, layer) for p in sorted((root / layer).glob("*.sql")))}
-        known = built | set(pending)
-        for model in pending.values():
-            unknown = {d for d in model.depends if d not in known}
-            if unknown:
-                raise ModelError(f"{model.path}: uses unknown model(s) {', '.join(sorted(unknown))}")
-        while pending:
-            ready = sorted(n for n, m in pending.items() if m.depends <= built)
-            if not ready:
-                raise ModelError(f"models depend on each other in a cycle: {', '.join(sorted(pending))}")
-            for name in ready:
-                ordered.append(pending.pop(name))
-                built.add(name)
-    return ordered
-
-
-# --------------------------------------------------------------------------------------------
-# The build
-# --------------------------------------------------------------------------------------------
+    models = []
+    for entry in dbt_run.model_yaml(root):
+        config = entry.get("config") or {}
+        meta = config.get("meta") or {}
+        name = str(entry["name"])
+        table = name.removeprefix("stg_")
+        models.append(
+            Model(
+                name=f"{config.get('schema', entry['_layer'])}.{table}",
+                layer=entry["_layer"],
+                path=dbt_run.sql_path(root, entry["_layer"], name),
+                grain=str(meta.get("grain", "")),
+                key=tuple(meta.get("key") or ()),
+                storage=str(meta.get("storage", "")),
+            )
+        )
+    return models
 
 
 @dataclass(frozen=True)
 class BuildResult:
     path: Path
-    nights: tuple[dt.date, ...]
+    nights: tuple[dt.date, ...]  # every night the warehouse holds
     models: tuple[str, ...]
-    rows: dict[str, int]  # model or landing table -> row count
-    checks: int  # checks run (all passed)
+    rows: dict[str, int]  # model or landing table -> rows built by this build (its nights)
+    checks: int  # dbt tests run (all passed)
     duplicates_dropped: dict[str, int] = field(default_factory=dict)  # staging model -> rows
     others: dict[str, dict[str, int]] = field(default_factory=dict)  # "model.column" -> raw -> rows
     seconds: float = 0.0
+    built_nights: tuple[dt.date, ...] = ()  # the nights this build computed (none: up to date)
+    full_refresh: bool = False
 
 
-def build_warehouse(data_dir: DataDir, *, sql_dir: Path | None = None) -> BuildResult:
-    """Build the warehouse from the committed nights; swap it in only if every check passed."""
+@dataclass(frozen=True)
+class _Plan:
+    manifests: list[Manifest]
+    build_nights: list[dt.date]
+    full_refresh: bool
+    reason: str
+    fingerprint: str
+    prior_parts: list[cat.Part]
+    prior_newest: dt.date | None
+
+
+def committed_nights(data_dir: DataDir) -> list[dt.date]:
+    """The committed nights of the landing zone, oldest first."""
+    return [m.snapshot_date for m in read_manifests(data_dir.manifests)]
+
+
+def build_warehouse(
+    data_dir: DataDir, *, sql_dir: Path | None = None, full_refresh: bool = False
+) -> BuildResult:
+    """Build what the warehouse lacks (or everything); swap it in only if every test passed."""
     started = time.monotonic()
+    project = (sql_dir or SQL_DIR).resolve()
     manifests = read_manifests(data_dir.manifests)
     if not manifests:
         raise BuildInputError(f"no committed night in {data_dir.manifests}: run `membersync sync` first")
-    models = load_models(sql_dir)
     data_dir.root.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(data_dir.root)
-    tmp = data_dir.root / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        with contextlib.closing(duckdb.connect(str(tmp))) as con:
-            con.execute("SET TimeZone = 'UTC'")
-            for schema in SCHEMAS:
-                con.execute(f"CREATE SCHEMA {schema}")
-            checker = _Checker(con)
-            _write_meta(con, manifests)
-            _load_landing(con, data_dir, manifests, checker)
-            for model in models:
-                _build_model(con, model)
-                checker.check_model(model)
-                crashpoint("during_warehouse_build")
-            _write_model_catalogue(con, models)
-            checker.write_log()
-            rows = checker.rows
-            con.execute("CHECKPOINT")
-        _publish(tmp, data_dir.warehouse_db, {m.snapshot_date: m.committed_at for m in manifests})
-    finally:
-        for leftover in (tmp, Path(f"{tmp}.wal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-    result = BuildResult(
-        path=data_dir.warehouse_db,
-        nights=tuple(m.snapshot_date for m in manifests),
-        models=tuple(m.name for m in models),
-        rows=rows,
-        checks=checker.count,
-        duplicates_dropped=checker.duplicates,
-        others=checker.others,
-        seconds=round(time.monotonic() - started, 3),
-    )
+    with _build_lock(data_dir):
+        _remove_stale_temporaries(data_dir)
+        plan = _plan(data_dir, manifests, project, full_refresh)
+        if not plan.build_nights:
+            log.info(
+                "warehouse up to date: %d night(s) up to %s", len(manifests), manifests[-1].snapshot_date
+            )
+            return BuildResult(
+                path=data_dir.warehouse_db,
+                nights=tuple(m.snapshot_date for m in manifests),
+                models=tuple(m.name for m in load_models(project)),
+                rows={},
+                checks=0,
+                seconds=round(time.monotonic() - started, 3),
+            )
+        log.info(
+            "building %d night(s) %s..%s (%s)",
+            len(plan.build_nights),
+            plan.build_nights[0],
+            plan.build_nights[-1],
+            plan.reason,
+        )
+        result = _build(data_dir, project, plan)
+    result = _with_seconds(result, time.monotonic() - started)
     log.info(
-        "warehouse built: %d night(s) up to %s, %d models, %d checks passed, %.1fs",
+        "warehouse built: %d night(s) up to %s (%d built, %s), %d models, %d tests passed, %.1fs",
         len(result.nights),
         result.nights[-1].isoformat(),
+        len(result.built_nights),
+        "full refresh" if result.full_refresh else "incremental",
         len(result.models),
         result.checks,
         result.seconds,
@@ -293,19 +207,361 @@ def build_warehouse(data_dir: DataDir, *, sql_dir: Path | None = None) -> BuildR
     return result
 
 
+def _with_seconds(result: BuildResult, seconds: float) -> BuildResult:
+    from dataclasses import replace
+
+    return replace(result, seconds=round(seconds, 3))
+
+
+@contextlib.contextmanager
+def _build_lock(data_dir: DataDir) -> Iterator[None]:
+    """One build at a time per data dir (they share dbt's target folder); released by a crash too."""
+    folder = cat.warehouse_dir(data_dir)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(folder / ".build.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# What to build
+# --------------------------------------------------------------------------------------------
+
+
+def project_fingerprint(project: Path) -> str:
+    """A digest of the dbt project's files: a changed model means its history must be rebuilt."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in project.rglob("*") if p.is_file() and p.suffix in (".sql", ".yml")):
+        digest.update(str(path.relative_to(project)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refresh: bool) -> _Plan:
+    ours = {m.snapshot_date: m.committed_at for m in manifests}
+    published, facts, parts = cat.published_state(data_dir.warehouse_db)
+    newer = _newer_nights(published, ours)
+    if newer:
+        raise _stale(newer)
+    fingerprint = project_fingerprint(project)
+    every_night = sorted(ours)
+
+    def full(reason: str) -> _Plan:
+        return _Plan(manifests, every_night, True, reason, fingerprint, [], None)
+
+    if full_refresh:
+        return full("full refresh asked")
+    if not published or not parts:
+        return full("no warehouse built yet")
+    if facts.get("fingerprint") != fingerprint:
+        return full("the dbt project changed since the last build")
+    changed = sorted(d for d, at in published.items() if ours.get(d) != at)
+    if changed:
+        return full(f"night(s) committed again: {', '.join(d.isoformat() for d in changed)}")
+    newest = max(published)
+    new = [d for d in every_night if d not in published]
+    if any(d < newest for d in new):
+        return full("a night older than the newest built one was committed")
+    return _Plan(manifests, new, False, "incremental", fingerprint, parts, newest)
+
+
+def _newer_nights(published: Mapping[dt.date, str], ours: Mapping[dt.date, str]) -> list[dt.date]:
+    """Nights the published warehouse holds that this build lacks, or holds in a later commit."""
+    return sorted(d for d, at in published.items() if d not in ours or at > ours[d])
+
+
+def _stale(newer: Sequence[dt.date]) -> BuildStaleError:
+    return BuildStaleError(
+        f"a newer warehouse was published while this build ran (it holds night(s) "
+        f"{', '.join(d.isoformat() for d in newer)} newer than this build's); keeping the newer one"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The build
+# --------------------------------------------------------------------------------------------
+
+
+def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
+    build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
+    scratch_dir = cat.warehouse_dir(data_dir) / f"{SCRATCH_PREFIX}{build_id}"
+    scratch_dir.mkdir(mode=0o700)
+    tmp = data_dir.root / f"{TMP_PREFIX}{build_id}"
+    try:
+        scratch = scratch_dir / "build.duckdb"
+        try:
+            files = cat.landed_files(data_dir, plan.manifests)
+        except cat.LandingInputError as exc:
+            raise BuildInputError(str(exc)) from None
+        building = set(plan.build_nights)
+        _prepare_scratch(scratch, plan, [f for f in files if f.snapshot_date in building])
+        run = _run_dbt(data_dir, project, scratch_dir, scratch, plan)
+        crashpoint("during_warehouse_build")
+        relations = {n.unique_id: n.relation for n in run.models()}
+        with contextlib.closing(duckdb.connect(str(scratch))) as con:
+            _raise_first_failure(con, run, relations)
+            parts = _write_parts(con, data_dir, run, plan, build_id)
+            rows, duplicates, others = _tallies(con, run)
+        _write_catalog(tmp, data_dir, plan, files, parts, run, relations, project)
+        crashpoint("during_warehouse_build")
+        _publish(tmp, data_dir.warehouse_db, {m.snapshot_date: m.committed_at for m in plan.manifests})
+        removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.prior_parts]])
+        if removed:
+            log.info("removed %d part(s) no catalog names any more", removed)
+    finally:
+        for leftover in (tmp, Path(f"{tmp}.wal")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    return BuildResult(
+        path=data_dir.warehouse_db,
+        nights=tuple(m.snapshot_date for m in plan.manifests),
+        models=tuple(n.relation for n in run.models()),
+        rows=rows,
+        checks=sum(1 for t in run.tests() if t.status == "pass"),
+        duplicates_dropped=duplicates,
+        others=others,
+        built_nights=tuple(plan.build_nights),
+        full_refresh=plan.full_refresh,
+    )
+
+
+def _prepare_scratch(scratch: Path, plan: _Plan, files: Sequence[cat.LandedFile]) -> None:
+    """The sources dbt reads: meta (manifests), landing (the nights built), prior (published state)."""
+    building = set(plan.build_nights)
+    with contextlib.closing(duckdb.connect(str(scratch))) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        for schema in ("meta", "landing", "prior"):
+            con.execute(f"CREATE SCHEMA {schema}")
+        cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
+        cat.register_table(
+            con, "meta.build_nights", pa.table({"snapshot_date": pa.array(plan.build_nights, pa.date32())})
+        )
+        cat.register_table(
+            con,
+            "meta.manifest_rows",
+            _manifest_rows([m for m in plan.manifests if m.snapshot_date in building]),
+        )
+        cat.register_table(con, "meta.landed_files", cat.landed_files_table(files))
+        cat.create_landing_views(con, files)
+        if not plan.full_refresh:
+            assert plan.prior_newest is not None
+            cat.create_prior_views(con, plan.prior_parts, PRIOR_TABLES, plan.prior_newest)
+
+
+def _nights_table(manifests: Sequence[Manifest]) -> pa.Table:
+    return pa.table(
+        {
+            "snapshot_date": pa.array([m.snapshot_date for m in manifests], pa.date32()),
+            "run_id": pa.array([m.run_id for m in manifests], pa.string()),
+            "mode": pa.array([m.mode for m in manifests], pa.string()),
+            "committed_at": pa.array([m.committed_at for m in manifests], pa.string()),
+            "watermark": pa.array([m.watermark for m in manifests], pa.string()),
+            "clients_synced": pa.array([m.clients_synced for m in manifests], pa.int64()),
+        }
+    )
+
+
+def _manifest_rows(manifests: Sequence[Manifest]) -> pa.Table:
+    """Rows per landed table and night as the manifests record them (every known table, 0 too)."""
+    from membersync.models.tables import TABLES
+
+    out: list[tuple[str, dt.date, int]] = []
+    for m in manifests:
+        for table in TABLES:
+            out.append(
+                (table.name, m.snapshot_date, m.tables[table.name].rows if table.name in m.tables else 0)
+            )
+        out.append((cat.QUARANTINE, m.snapshot_date, m.quarantine.rows))
+        unknown = sorted(set(m.tables) - {t.name for t in TABLES})
+        if unknown:
+            log.warning(
+                "manifest %s names tables this build does not know (ignored): %s", m.snapshot_date, unknown
+            )
+    return pa.table(
+        {
+            "table_name": pa.array([r[0] for r in out], pa.string()),
+            "snapshot_date": pa.array([r[1] for r in out], pa.date32()),
+            "rows": pa.array([r[2] for r in out], pa.int64()),
+        }
+    )
+
+
+def _run_dbt(
+    data_dir: DataDir, project: Path, scratch_dir: Path, scratch: Path, plan: _Plan
+) -> dbt_run.DbtRun:
+    # dbt's target (manifest, partial-parse cache) is kept across builds: parsing the project
+    # anew costs seconds. The profile names the scratch database, so it is written per build.
+    state_dir = cat.warehouse_dir(data_dir) / "dbt"
+    dbt_run.reset_cache_for(state_dir, project)
+    dbt_run.write_profile(scratch_dir, scratch)
+    run = dbt_run.run_build(project, scratch_dir, state_dir, {"incremental": not plan.full_refresh})
+    if not run.nodes and not run.success:
+        raise BuildCheckError("dbt", "parses", run.error or f"dbt failed; see {run.log_file}")
+    return run
+
+
+def _raise_first_failure(
+    con: duckdb.DuckDBPyConnection, run: dbt_run.DbtRun, relations: Mapping[str, str]
+) -> None:
+    """A model that did not build, or the first test that failed, as a :class:`BuildCheckError`."""
+    for node in run.models():
+        if node.status in ("error", "runtime error"):
+            raise BuildCheckError(node.relation, "builds", node.message)
+    failed = [t for t in run.tests() if t.status in ("fail", "error", "warn")]
+    # The most telling first: a broken key explains the failures of the tests that follow from it.
+    failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name, len(TEST_PRIORITY)))
+    for node in failed[:1]:
+        model, detail = _test_failure(con, node, relations)
+        raise BuildCheckError(model, dbt_run.describe_test(node, relations), detail)
+    if not run.success:
+        raise BuildCheckError("dbt", "build", run.error or f"dbt failed; see {run.log_file}")
+
+
+def _test_failure(
+    con: duckdb.DuckDBPyConnection, node: dbt_run.Node, relations: Mapping[str, str]
+) -> tuple[str, str]:
+    """The failing model and a few of the rows that fail (the test's own query, run again)."""
+    model = dbt_run.test_target(node, relations)
+    if node.status == "error" or not node.compiled_code:
+        return model, node.message
+    try:
+        cursor = con.execute(f"SELECT * FROM ({node.compiled_code}) LIMIT 3")
+        header = [d[0] for d in cursor.description or []]
+        examples = [dict(zip(header, row, strict=True)) for row in cursor.fetchall()]
+    except duckdb.Error:
+        return model, f"{node.failures} failing row(s)"
+    if examples and "table_name" in examples[0]:  # landed rows vs manifests: name the table
+        model = f"landing.{examples[0]['table_name']}"
+    shown = "; ".join(", ".join(f"{k}={v}" for k, v in e.items()) for e in examples)
+    return model, f"{node.failures} failing row(s), e.g. {shown}"
+
+
+def _write_parts(
+    con: duckdb.DuckDBPyConnection, data_dir: DataDir, run: dbt_run.DbtRun, plan: _Plan, build_id: str
+) -> list[cat.Part]:
+    """New parts of every stored model; the published parts this build keeps (nightly history)."""
+    parts: list[cat.Part] = []
+    for node in run.models():
+        if node.storage == cat.NIGHTLY:
+            parts.extend(p for p in plan.prior_parts if p.model == node.relation)  # history stays
+            nights = (plan.build_nights[0], plan.build_nights[-1])
+        elif node.storage == cat.MERGED:
+            nights = (plan.manifests[0].snapshot_date, plan.build_nights[-1])  # the whole table
+        else:
+            continue
+        parts.append(cat.write_part(con, data_dir, node.relation, node.storage, build_id, nights))
+        crashpoint("during_warehouse_build")
+    return parts
+
+
+def _tallies(
+    con: duckdb.DuckDBPyConnection, run: dbt_run.DbtRun
+) -> tuple[dict[str, int], dict[str, int], dict[str, dict[str, int]]]:
+    """Rows built, landed duplicates dropped by staging, and values counted as ``other``."""
+    rows: dict[str, int] = {}
+    for table in [*cat.landed_tables(), *(n.relation for n in run.models())]:
+        found = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+        rows[table] = int(found[0]) if found else 0
+    duplicates = {}
+    others: dict[str, dict[str, int]] = {}
+    for node in run.models():
+        if not node.relation.startswith("staging."):
+            continue
+        landed = f"landing.{node.relation.removeprefix('staging.')}"
+        if rows.get(landed, 0) > rows[node.relation]:
+            duplicates[node.relation] = rows[landed] - rows[node.relation]
+            log.warning(
+                "%s: %d duplicate landed row(s) dropped (same key, same night)",
+                node.relation,
+                duplicates[node.relation],
+            )
+        columns = {d[0] for d in con.execute(f"SELECT * FROM {node.relation} LIMIT 0").description or []}
+        for raw in sorted(c for c in columns if c.endswith("_raw") and c.removesuffix("_raw") in columns):
+            column = raw.removesuffix("_raw")
+            counted = con.execute(
+                f"SELECT coalesce(CAST({raw} AS VARCHAR), '<null>'), count(*) FROM {node.relation} "
+                f"WHERE {column} = 'other' GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+            if counted:
+                others[f"{node.relation}.{column}"] = {str(k): int(n) for k, n in counted}
+    return rows, duplicates, others
+
+
+def _write_catalog(
+    tmp: Path,
+    data_dir: DataDir,
+    plan: _Plan,
+    files: Sequence[cat.LandedFile],
+    parts: Sequence[cat.Part],
+    run: dbt_run.DbtRun,
+    relations: Mapping[str, str],
+    project: Path,
+) -> None:
+    """The new catalog: meta tables, landing views over every night, a view per model."""
+    with contextlib.closing(duckdb.connect(str(tmp))) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        for schema in ("meta", "landing", *LAYERS):
+            con.execute(f"CREATE SCHEMA {schema}")
+        cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
+        cat.register_table(con, "meta.landed_files", cat.landed_files_table(files))
+        cat.register_table(con, "meta.parts", cat.parts_table(parts))
+        cat.register_table(con, "meta.models", _models_table(load_models(project), project))
+        checks = dbt_run.checks_rows(run, relations)
+        cat.register_table(
+            con,
+            "meta.checks",
+            pa.table(
+                {
+                    "model": pa.array([c[0] for c in checks], pa.string()),
+                    "check_name": pa.array([c[1] for c in checks], pa.string()),
+                    "detail": pa.array([c[2] for c in checks], pa.string()),
+                }
+            ),
+        )
+        facts = {
+            "fingerprint": plan.fingerprint,
+            "built_nights": f"{plan.build_nights[0]}..{plan.build_nights[-1]}",
+            "full_refresh": str(plan.full_refresh).lower(),
+        }
+        cat.register_table(con, "meta.build", cat.facts_table(facts))
+        cat.create_landing_views(con, files)
+        for node in run.models():  # dbt's order: a view is created after what it reads
+            if node.storage == cat.VIEW:
+                con.execute(f"CREATE VIEW {node.relation} AS\n{node.compiled_code}")
+            else:
+                cat.create_part_view(con, node.relation, [p for p in parts if p.model == node.relation])
+        con.execute("CHECKPOINT")
+
+
+def _models_table(models: Sequence[Model], project: Path) -> pa.Table:
+    """meta.models: what each table or view is, for analysts (``SELECT * FROM meta.models``)."""
+    return pa.table(
+        {
+            "name": pa.array([m.name for m in models], pa.string()),
+            "layer": pa.array([m.layer for m in models], pa.string()),
+            "materialized": pa.array([m.storage for m in models], pa.string()),
+            "grain": pa.array([m.grain for m in models], pa.string()),
+            "key": pa.array([", ".join(m.key) for m in models], pa.string()),
+            "file": pa.array([f"sql/{m.path.relative_to(project)}" for m in models], pa.string()),
+        }
+    )
+
+
 def _publish(tmp: Path, target: Path, nights: Mapping[dt.date, str]) -> None:
-    """Swap the new file in atomically; readers holding the old one keep it.
+    """Swap the new catalog in atomically; readers holding the old one keep it.
 
     Never backwards: a build that read the manifests before a newer night was committed (and
     built by someone else) must not replace that newer warehouse with its older one. Writers
     hold the data dir's lock, so this is the last line of defence for a caller who does not.
     """
-    newer = _newer_nights(_published_nights(target), nights)
+    published, _, _ = cat.published_state(target)
+    newer = _newer_nights(published, nights)
     if newer:
-        raise BuildStaleError(
-            f"a newer warehouse was published while this build ran (it holds night(s) "
-            f"{', '.join(d.isoformat() for d in newer)} newer than this build's); keeping the newer one"
-        )
+        raise _stale(newer)
     os.chmod(tmp, FILE_MODE)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
@@ -323,348 +579,20 @@ def _publish(tmp: Path, target: Path, nights: Mapping[dt.date, str]) -> None:
         os.close(dir_fd)
 
 
-def _published_nights(path: Path) -> dict[dt.date, str]:
-    """Night -> ``committed_at`` of the warehouse published at ``path`` (empty: none readable)."""
-    if not path.is_file():
-        return {}
-    try:
-        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
-            rows = con.execute("SELECT snapshot_date, committed_at FROM meta.nights").fetchall()
-    except duckdb.Error:
-        return {}  # unreadable, or from an older layout: replacing it is right
-    return dict(rows)
-
-
-def _newer_nights(published: Mapping[dt.date, str], ours: Mapping[dt.date, str]) -> list[dt.date]:
-    """Nights the published warehouse holds that this build lacks, or holds in a later commit."""
-    return sorted(d for d, at in published.items() if d not in ours or at > ours[d])
-
-
-def _remove_stale_temporaries(root: Path) -> None:
-    """Remove temporary files of builds whose process is gone (a crash mid-build)."""
-    for path in root.glob(f"{TMP_PREFIX}*"):
-        pid_text = path.name.removeprefix(TMP_PREFIX).split("-", 1)[0]
-        if pid_text.isdigit() and _alive(int(pid_text)):
+def _remove_stale_temporaries(data_dir: DataDir) -> None:
+    """Remove what builds whose process is gone left behind (a crash mid-build)."""
+    candidates = [
+        *data_dir.root.glob(f"{TMP_PREFIX}*"),
+        *cat.warehouse_dir(data_dir).glob(f"{SCRATCH_PREFIX}*"),
+    ]
+    for path in candidates:
+        build_id = path.name.removeprefix(TMP_PREFIX).removeprefix(SCRATCH_PREFIX)
+        pid = cat.build_id_pid(build_id.removesuffix(".wal"))
+        if pid is not None and cat.alive(pid):
             continue
         log.info("removing %s, left by an interrupted build", path)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _write_meta(con: duckdb.DuckDBPyConnection, manifests: Sequence[Manifest]) -> None:
-    nights = pa.table(
-        {
-            "snapshot_date": pa.array([m.snapshot_date for m in manifests], pa.date32()),
-            "run_id": [m.run_id for m in manifests],
-            "mode": [m.mode for m in manifests],
-            "committed_at": [m.committed_at for m in manifests],
-            "watermark": pa.array([m.watermark for m in manifests], pa.string()),
-            "clients_synced": pa.array([m.clients_synced for m in manifests], pa.int64()),
-        }
-    )
-    con.register("nights_arrow", nights)
-    con.execute("CREATE TABLE meta.nights AS SELECT * FROM nights_arrow")
-    con.unregister("nights_arrow")
-
-
-# --------------------------------------------------------------------------------------------
-# Landing: copy the manifests' files into the schema ``landing``
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _LandedFile:
-    table: str
-    snapshot_date: dt.date
-    file_index: int
-    relative: str
-    absolute: str
-    rows: int  # the night's manifest row count for the table (all files)
-
-
-def _manifest_files(data_dir: DataDir, manifests: Sequence[Manifest]) -> list[_LandedFile]:
-    landing = data_dir.landing.resolve()
-    seen: dict[str, dt.date] = {}
-    out = []
-    for manifest in manifests:
-        named = [*sorted(manifest.tables.items()), (QUARANTINE, manifest.quarantine)]
-        for table_name, files in named:
-            for index, relative in enumerate(files.files):
-                path = (landing / relative).resolve()
-                where = f"manifest {manifest.snapshot_date.isoformat()}, table {table_name}"
-                if not path.is_relative_to(landing):
-                    raise BuildInputError(f"{where}: file {relative!r} is outside {landing}")
-                if not path.is_file():
-                    raise BuildInputError(f"{where}: names a missing file {path}")
-                if str(path) in seen:
-                    raise BuildInputError(
-                        f"{where}: file {relative!r} is already named by night {seen[str(path)].isoformat()}"
-                    )
-                seen[str(path)] = manifest.snapshot_date
-                out.append(
-                    _LandedFile(table_name, manifest.snapshot_date, index, relative, str(path), files.rows)
-                )
-    return out
-
-
-def _load_landing(
-    con: duckdb.DuckDBPyConnection, data_dir: DataDir, manifests: Sequence[Manifest], checker: _Checker
-) -> None:
-    files = _manifest_files(data_dir, manifests)
-    unknown = sorted({f.table for f in files} - {t.name for t in TABLES} - {QUARANTINE})
-    if unknown:
-        log.warning("manifests name tables this build does not know (ignored): %s", ", ".join(unknown))
-    listing = pa.table(
-        {
-            "table_name": [f.table for f in files],
-            "snapshot_date": pa.array([f.snapshot_date for f in files], pa.date32()),
-            "file_index": pa.array([f.file_index for f in files], pa.int32()),
-            "file": [f.relative for f in files],
-            "absolute_path": [f.absolute for f in files],
-        },
-        schema=pa.schema(
-            [
-                ("table_name", pa.string()),
-                ("snapshot_date", pa.date32()),
-                ("file_index", pa.int32()),
-                ("file", pa.string()),
-                ("absolute_path", pa.string()),
-            ]
-        ),
-    )
-    con.register("listing_arrow", listing)
-    con.execute("CREATE TEMP TABLE landed_files AS SELECT * FROM listing_arrow")
-    con.execute("CREATE TABLE meta.landed_files AS SELECT * EXCLUDE (absolute_path) FROM listing_arrow")
-    con.unregister("listing_arrow")
-    for table in TABLES:
-        _load_table(con, table.name, table.schema, [f for f in files if f.table == table.name])
-        expected = {
-            m.snapshot_date: (m.tables[table.name].rows if table.name in m.tables else 0) for m in manifests
-        }
-        checker.check_manifest_rows(f"landing.{table.name}", expected)
-    _load_table(con, QUARANTINE, QUARANTINE_SCHEMA, [f for f in files if f.table == QUARANTINE])
-    checker.check_manifest_rows(
-        f"landing.{QUARANTINE}", {m.snapshot_date: m.quarantine.rows for m in manifests}
-    )
-
-
-def _load_table(
-    con: duckdb.DuckDBPyConnection, name: str, declared: pa.Schema, files: Sequence[_LandedFile]
-) -> None:
-    schema = declared
-    for column, arrow_type in LINEAGE_COLUMNS.items():
-        schema = schema.append(pa.field(column, arrow_type))
-    con.register("empty_arrow", schema.empty_table())
-    con.execute(f"CREATE TABLE landing.{name} AS SELECT * FROM empty_arrow")
-    con.unregister("empty_arrow")
-    if not files:
-        return
-    paths = [f.absolute for f in files]
-    # hive_partitioning off: the night comes from the manifest, never from the path.
-    scan = (
-        "read_parquet(?, filename = true, file_row_number = true, union_by_name = true,"
-        " hive_partitioning = false)"
-    )
-    description = con.execute(f"SELECT * FROM {scan} LIMIT 0", [paths]).description or []
-    in_files = {d[0] for d in description}
-    wanted = [c for c in declared.names if c in in_files]
-    missing = [c for c in declared.names if c not in in_files]
-    if missing:
-        log.warning("landing.%s: column(s) absent from the files, loaded as null: %s", name, missing)
-    columns = ", ".join(f'p."{c}"' for c in wanted)
-    con.execute(
-        f"""
-        INSERT INTO landing.{name} BY NAME
-        SELECT {columns}, f.snapshot_date, f.file_index AS _file_index,
-               p.file_row_number AS _row, f.file AS _source_file
-        FROM {scan} AS p
-        JOIN landed_files AS f ON f.absolute_path = p.filename AND f.table_name = ?
-        """,
-        [paths, name],
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Models and checks
-# --------------------------------------------------------------------------------------------
-
-
-def _build_model(con: duckdb.DuckDBPyConnection, model: Model) -> None:
-    kind = "VIEW" if model.materialized == "view" else "TABLE"
-    try:
-        con.execute(f"CREATE {kind} {model.name} AS\n{model.sql}")
-    except duckdb.Error as exc:
-        raise BuildCheckError(model.name, "builds", f"{exc.__class__.__name__}: {exc}") from None
-
-
-def _quote_list(values: Iterable[str]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
-
-
-class _Checker:
-    """Runs the checks, fails loudly on the first that does not pass, keeps a log of all."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.con = con
-        self.count = 0
-        self.rows: dict[str, int] = {}
-        self.duplicates: dict[str, int] = {}
-        self.others: dict[str, dict[str, int]] = {}
-        self.log: list[tuple[str, str, str]] = []
-
-    def _scalar(self, sql: str, params: Sequence[object] = ()) -> int:
-        row = self.con.execute(sql, list(params)).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
-
-    def _passed(self, model: str, check: str, detail: str = "") -> None:
-        self.count += 1
-        self.log.append((model, check, detail))
-
-    def check_manifest_rows(self, name: str, expected: dict[dt.date, int]) -> None:
-        """landing.<table>: the rows per night equal the manifest's count."""
-        found = dict(self.con.execute(f"SELECT snapshot_date, count(*) FROM {name} GROUP BY 1").fetchall())
-        for night, rows in sorted(expected.items()):
-            got = int(found.get(night, 0))
-            if got != rows:
-                raise BuildCheckError(
-                    name,
-                    "manifest_rows",
-                    f"night {night.isoformat()}: {got} row(s) in the files, the manifest says {rows}",
-                )
-        self.rows[name] = sum(int(v) for v in found.values())
-        self._passed(name, "manifest_rows")
-
-    def check_model(self, model: Model) -> None:
-        self.rows[model.name] = self._scalar(f"SELECT count(*) FROM {model.name}")
-        self._not_null(model)
-        self._unique(model)
-        for enum in model.enums:
-            self._enum(model, enum)
-        for reference in model.references:
-            self._reference(model, reference)
-        if model.source:
-            self._reconcile(model, model.source)
-
-    def _not_null(self, model: Model) -> None:
-        condition = " OR ".join(f"{k} IS NULL" for k in model.key)
-        nulls = self._scalar(f"SELECT count(*) FROM {model.name} WHERE {condition}")
-        if nulls:
-            raise BuildCheckError(
-                model.name, f"not_null({', '.join(model.key)})", f"{nulls} row(s) with a null key"
-            )
-        self._passed(model.name, f"not_null({', '.join(model.key)})")
-
-    def _unique(self, model: Model) -> None:
-        key = ", ".join(model.key)
-        check = f"unique({key})"
-        dupes = self.con.execute(
-            f"SELECT {key}, count(*) AS n FROM {model.name} GROUP BY {key} HAVING count(*) > 1 "
-            f"ORDER BY n DESC, {key} LIMIT 3"
-        ).fetchall()
-        if dupes:
-            total = self._scalar(
-                f"SELECT count(*) FROM (SELECT {key} FROM {model.name} GROUP BY {key} HAVING count(*) > 1)"
-            )
-            examples = "; ".join(f"{tuple(str(v) for v in row[:-1])} x{row[-1]}" for row in dupes)
-            raise BuildCheckError(model.name, check, f"{total} duplicated key(s), e.g. {examples}")
-        self._passed(model.name, check)
-
-    def _enum(self, model: Model, enum: EnumCheck) -> None:
-        check = f"accepted_values({enum.column})"
-        bad = self.con.execute(
-            f"SELECT {enum.column}, count(*) FROM {model.name} "
-            f"WHERE {enum.column} IS NULL OR {enum.column} NOT IN ({_quote_list(enum.allowed)}) "
-            f"GROUP BY 1 ORDER BY 2 DESC LIMIT 5"
-        ).fetchall()
-        if bad:
-            raise BuildCheckError(model.name, check, f"values outside {list(enum.allowed)}: {dict(bad)}")
-        self._passed(model.name, check)
-        # Count the rows mapped to 'other' once, where the vendor's value is kept (staging's
-        # <column>_raw), so an unknown status is visible in the build's result and log.
-        if "other" not in enum.allowed or model.layer != "staging":
-            return
-        raw = f"{enum.column}_raw"
-        columns = {d[0] for d in self.con.execute(f"SELECT * FROM {model.name} LIMIT 0").description or []}
-        if raw not in columns:
-            return
-        counted = self.con.execute(
-            f"SELECT coalesce(CAST({raw} AS VARCHAR), '<null>'), count(*) FROM {model.name} "
-            f"WHERE {enum.column} = 'other' GROUP BY 1 ORDER BY 1"
-        ).fetchall()
-        if counted:
-            self.others[f"{model.name}.{enum.column}"] = Counter({str(k): int(n) for k, n in counted})
-
-    def _reference(self, model: Model, reference: Reference) -> None:
-        cols = ", ".join(reference.columns)
-        check = f"references({reference.target} ({cols}))"
-        missing = self._scalar(
-            f"SELECT count(*) FROM (SELECT {cols} FROM {model.name} "
-            f"EXCEPT SELECT {cols} FROM {reference.target})"
-        )
-        if missing:
-            raise BuildCheckError(model.name, check, f"{missing} ({cols}) value(s) not in {reference.target}")
-        self._passed(model.name, check)
-
-    def _reconcile(self, model: Model, source: str) -> None:
-        """Staging keeps one row per distinct key of its landing table: nothing lost, nothing made up."""
-        key = ", ".join(model.key)
-        check = f"reconciles_with({source})"
-        landed = self._scalar(f"SELECT count(*) FROM {source}")
-        distinct = self._scalar(f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM {source})")
-        staged = self.rows[model.name]
-        if staged != distinct:
-            raise BuildCheckError(
-                model.name,
-                check,
-                f"{staged} row(s) in staging, {distinct} distinct key(s) among {landed} landed row(s)",
-            )
-        if landed != staged:
-            self.duplicates[model.name] = landed - staged
-            log.warning(
-                "%s: %d duplicate landed row(s) dropped (same key, same night)", model.name, landed - staged
-            )
-        self._passed(model.name, check, f"{landed} landed, {staged} staged")
-
-    def write_log(self) -> None:
-        table = pa.table(
-            {
-                "model": [m for m, _, _ in self.log],
-                "check_name": [c for _, c, _ in self.log],
-                "detail": [d for _, _, d in self.log],
-            }
-        )
-        self.con.register("checks_arrow", table)
-        self.con.execute("CREATE TABLE meta.checks AS SELECT * FROM checks_arrow")
-        self.con.unregister("checks_arrow")
-
-
-def _write_model_catalogue(con: duckdb.DuckDBPyConnection, models: Sequence[Model]) -> None:
-    """meta.models: what each table or view is, for analysts (``SELECT * FROM meta.models``)."""
-    table = pa.table(
-        {
-            "name": [m.name for m in models],
-            "layer": [m.layer for m in models],
-            "materialized": [m.materialized for m in models],
-            "grain": [m.grain for m in models],
-            "key": [", ".join(m.key) for m in models],
-            "file": [f"sql/{m.layer}/{m.path.name}" for m in models],
-        }
-    )
-    con.register("models_arrow", table)
-    con.execute("CREATE TABLE meta.models AS SELECT * FROM models_arrow")
-    con.unregister("models_arrow")
-
-
-def committed_nights(data_dir: DataDir) -> list[dt.date]:
-    """The committed nights of the landing zone, oldest first."""
-    return [m.snapshot_date for m in read_manifests(data_dir.manifests)]
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()

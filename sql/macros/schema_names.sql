@@ -1,0 +1,16 @@
+{#- Schemas are the layers themselves (staging, marts, reports), not <target>_<layer>. -#}
+{% macro generate_schema_name(custom_schema_name, node) -%}
+    {{ custom_schema_name if custom_schema_name else target.schema }}
+{%- endmacro %}
+
+{#- Staging models are named stg_<table> (dbt names are unique across layers: staging.transactions
+    and marts.transactions both exist); their tables keep the landed table's name. -#}
+{% macro generate_alias_name(custom_alias_name=none, node=none) -%}
+    {%- if custom_alias_name -%}
+        {{ custom_alias_name | trim }}
+    {%- elif node.name.startswith('stg_') -%}
+        {{ node.name[4:] }}
+    {%- else -%}
+        {{ node.name }}
+    {%- endif -%}
+{%- endmacro %}

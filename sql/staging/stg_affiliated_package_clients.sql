@@ -1,0 +1,34 @@
+-- Landed rows of every committed night, typed by the landing zone; a key landed twice in one
+-- night (a resumed batch) keeps its last written row.
+with landed as (
+
+    select * from {{ source('landing', 'affiliated_package_clients') }}
+
+),
+
+deduplicated as (
+
+    -- a key landed twice in one night (a resumed batch) keeps its last written row
+    select * from landed
+    qualify row_number() over (
+        partition by snapshot_date, membership_id, client_number
+        order by _file_index desc, _row desc
+    ) = 1
+
+),
+
+final as (
+
+    select
+        snapshot_date,
+        membership_id,
+        client_number,
+        first_name,
+        last_name,
+        shared_date,
+        extra
+    from deduplicated
+
+)
+
+select * from final

@@ -1,0 +1,45 @@
+-- Landed rows of every committed night, typed by the landing zone; a key landed twice in one
+-- night (a resumed batch) keeps its last written row.
+with landed as (
+
+    select * from {{ source('landing', 'clients') }}
+
+),
+
+deduplicated as (
+
+    -- a key landed twice in one night (a resumed batch) keeps its last written row
+    select * from landed
+    qualify row_number() over (
+        partition by snapshot_date, client_number
+        order by _file_index desc, _row desc
+    ) = 1
+
+),
+
+final as (
+
+    select
+        snapshot_date,
+        client_number,
+        first_name,
+        last_name,
+        email,
+        phone,
+        birth_date,
+        gender,
+        address1,
+        city,
+        state,
+        postal_code,
+        home_store,
+        referred_by,
+        skin_type,
+        created_date,
+        last_modified,
+        extra
+    from deduplicated
+
+)
+
+select * from final

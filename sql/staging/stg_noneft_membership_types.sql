@@ -1,0 +1,34 @@
+-- Landed rows of every committed night, typed by the landing zone; a key landed twice in one
+-- night (a resumed batch) keeps its last written row.
+with landed as (
+
+    select * from {{ source('landing', 'noneft_membership_types') }}
+
+),
+
+deduplicated as (
+
+    -- a key landed twice in one night (a resumed batch) keeps its last written row
+    select * from landed
+    qualify row_number() over (
+        partition by snapshot_date, membership_type_id
+        order by _file_index desc, _row desc
+    ) = 1
+
+),
+
+final as (
+
+    select
+        snapshot_date,
+        membership_type_id,
+        name,
+        price,
+        term_months,
+        storecode,
+        extra
+    from deduplicated
+
+)
+
+select * from final

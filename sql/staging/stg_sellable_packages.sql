@@ -1,0 +1,35 @@
+-- Landed rows of every committed night, typed by the landing zone; a key landed twice in one
+-- night (a resumed batch) keeps its last written row.
+with landed as (
+
+    select * from {{ source('landing', 'sellable_packages') }}
+
+),
+
+deduplicated as (
+
+    -- a key landed twice in one night (a resumed batch) keeps its last written row
+    select * from landed
+    qualify row_number() over (
+        partition by snapshot_date, package_id
+        order by _file_index desc, _row desc
+    ) = 1
+
+),
+
+final as (
+
+    select
+        snapshot_date,
+        package_id,
+        name,
+        price,
+        sessions,
+        affiliated,
+        storecode,
+        extra
+    from deduplicated
+
+)
+
+select * from final

@@ -1,0 +1,201 @@
+"""Run the dbt project in ``sql/`` from Python (``dbtRunner``), one ``dbt build`` per warehouse build.
+
+Nothing of dbt's is written inside the repository: the profile is generated at run time (DuckDB
+needs no credentials), and dbt's target (its manifest, and the partial-parse cache that saves
+seconds a night) and logs live under ``DATA_DIR/warehouse/dbt/``. dbt never goes to the network:
+no anonymous usage statistics, no version check, no packages from the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+PROFILE = "membersync"
+# dbt reads these before its flags; set for the whole process, they only ever say "no".
+QUIET_ENV = {"DBT_SEND_ANONYMOUS_USAGE_STATS": "false", "DBT_VERSION_CHECK": "false", "DO_NOT_TRACK": "1"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """A model or test dbt ran, with what the build needs to know of it."""
+
+    unique_id: str
+    resource_type: str  # "model" or "test"
+    name: str
+    relation: str  # schema.table of a model ("" for a test)
+    storage: str  # meta.storage of a model ("" for a test)
+    status: str
+    message: str
+    failures: int
+    compiled_code: str
+    attached_to: str  # a test's model (unique id), "" for a singular test
+    test_name: str  # a generic test's name (unique_combination, not_null, ...), "" otherwise
+    check: str  # a singular test's meta.check: the name the build reports it by
+    test_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DbtRun:
+    success: bool
+    nodes: list[Node]
+    error: str  # dbt's own error (parse, compile) when it could not run the nodes
+    log_file: Path
+
+    def models(self) -> Iterator[Node]:
+        return (n for n in self.nodes if n.resource_type == "model")
+
+    def tests(self) -> Iterator[Node]:
+        return (n for n in self.nodes if n.resource_type == "test")
+
+
+def write_profile(folder: Path, database: Path, threads: int = 1) -> None:
+    """profiles.yml for the scratch database (DuckDB: a path, no credentials)."""
+    profile = {
+        PROFILE: {
+            "target": "build",
+            "outputs": {
+                "build": {
+                    "type": "duckdb",
+                    "path": str(database),
+                    "schema": "main",
+                    "threads": threads,
+                    "settings": {"TimeZone": "UTC"},
+                }
+            },
+        }
+    }
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # JSON is YAML: no YAML writer needed.
+    (folder / "profiles.yml").write_text(json.dumps(profile, indent=2), encoding="utf-8")
+
+
+def run_build(project_dir: Path, profiles_dir: Path, state_dir: Path, variables: Mapping[str, Any]) -> DbtRun:
+    """``dbt build`` of the whole project with ``variables``; every node's outcome."""
+    from dbt.adapters.duckdb import DuckDBConnectionManager
+    from dbt.cli.main import dbtRunner
+
+    os.environ.update(QUIET_ENV)
+    target, logs = state_dir / "target", state_dir / "logs"
+    args = [
+        "build",
+        "--project-dir",
+        str(project_dir),
+        "--profiles-dir",
+        str(profiles_dir),
+        "--target-path",
+        str(target),
+        "--log-path",
+        str(logs),
+        "--vars",
+        json.dumps(dict(variables)),
+        "--no-send-anonymous-usage-stats",
+        "--no-version-check",
+        "--no-use-colors",
+        "--log-level",
+        "none",  # nothing on our stdout; the log file keeps everything
+        "--log-level-file",
+        "info",
+    ]
+    try:
+        outcome = dbtRunner().invoke(args)
+    finally:
+        # dbt-duckdb keeps its connection for the next invocation; the build reads the scratch
+        # database next and deletes it, so let go of it now.
+        DuckDBConnectionManager.close_all_connections()
+    nodes = [_node(r) for r in getattr(outcome.result, "results", None) or []]
+    error = "" if outcome.exception is None else _first_lines(str(outcome.exception))
+    return DbtRun(bool(outcome.success), nodes, error, logs / "dbt.log")
+
+
+def _node(result: Any) -> Node:
+    node = result.node
+    config = node.config
+    meta = dict(getattr(config, "meta", None) or {})
+    test_metadata = getattr(node, "test_metadata", None)
+    return Node(
+        unique_id=node.unique_id,
+        resource_type=str(node.resource_type),
+        name=node.name,
+        relation=f"{node.schema}.{node.alias}" if str(node.resource_type) == "model" else "",
+        storage=str(meta.get("storage", "")),
+        status=str(result.status),
+        message=_first_lines(str(result.message or "")),
+        failures=int(result.failures or 0),
+        compiled_code=str(getattr(node, "compiled_code", "") or ""),
+        attached_to=str(getattr(node, "attached_node", "") or ""),
+        test_name=test_metadata.name if test_metadata else "",
+        check=str(meta.get("check", "")),
+        test_kwargs=dict(test_metadata.kwargs) if test_metadata else {},
+    )
+
+
+def _first_lines(text: str, lines: int = 6) -> str:
+    return "\n".join(line for line in text.strip().splitlines()[:lines])
+
+
+def reset_cache_for(state_dir: Path, project_dir: Path) -> None:
+    """dbt's partial-parse cache belongs to one project folder: start afresh for another one."""
+    marker = state_dir / "project"
+    if marker.is_file() and marker.read_text(encoding="utf-8") == str(project_dir):
+        return
+    shutil.rmtree(state_dir / "target", ignore_errors=True)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    marker.write_text(str(project_dir), encoding="utf-8")
+
+
+def model_yaml(project_dir: Path) -> list[dict[str, Any]]:
+    """Every model's YAML entry (name, description, config.meta, columns), read without dbt."""
+    import yaml
+
+    out = []
+    for path in sorted(project_dir.glob("*/_*.yml")):
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for model in document.get("models", []):
+            out.append({**model, "_layer": path.parent.name})
+    return out
+
+
+def sql_path(project_dir: Path, layer: str, name: str) -> Path:
+    return project_dir / layer / f"{name}.sql"
+
+
+def describe_test(node: Node, relations: Mapping[str, str]) -> str:
+    """A test as a check name: ``unique(snapshot_date, membership_id)``, ``not_null(client_number)``."""
+    kwargs = node.test_kwargs
+    if node.test_name == "unique_combination":
+        return f"unique({', '.join(kwargs.get('columns', []))})"
+    if node.test_name == "references":
+        target = str(kwargs.get("to", ""))
+        for unique_id, relation in relations.items():
+            if unique_id.rsplit(".", 1)[-1] in target:
+                target = relation
+        return f"references({target} ({', '.join(kwargs.get('columns', []))}))"
+    if node.test_name == "reconciles_with_landing":
+        return f"reconciles_with(landing.{kwargs.get('landed')})"
+    if node.test_name:
+        column = kwargs.get("column_name")
+        return f"{node.test_name}({column})" if column else node.test_name
+    return node.check or node.name
+
+
+def test_target(node: Node, relations: Mapping[str, str]) -> str:
+    return relations.get(node.attached_to, node.name)
+
+
+def checks_rows(run: DbtRun, relations: Mapping[str, str]) -> Sequence[tuple[str, str, str]]:
+    """(model, check, detail) of every test that passed."""
+    return [
+        (test_target(t, relations), describe_test(t, relations), "")
+        for t in run.tests()
+        if t.status == "pass"
+    ]

@@ -1,0 +1,256 @@
+"""A synthetic history for benchmarks of the warehouse build (no HTTP, no sandbox).
+
+``N`` clients, ``M`` nights, a daily change rate: night 1 lands every client (a full night);
+each later night lands the clients that changed that day (``rate`` of them, drawn at random),
+each with its whole current state and its **whole** transaction and points history (what a
+sync does by default), so the landed volume per night is what production lands. Changes are
+what a business sees: a new sale with a payment, a balance that moves, a membership that
+freezes, cancels or comes back, points earned, and now and then a late correction (a void of
+an old sale). Everything is written through the real landing zone
+(:func:`membersync.warehouse.testing.write_night`), so the build reads what a sync lands.
+
+    python -m membersync.warehouse.synthetic DATA_DIR --clients 5000 --nights 90 --rate 0.05
+
+Deterministic: the same arguments give the same landing zone (rows, not file names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from membersync.warehouse.paths import DataDir
+from membersync.warehouse.testing import write_night
+
+STORES = ("DOWNTOWN  ", "UPTOWN    ", "AIRPORT   ", "MALL      ", "SUBURB    ")
+STATUSES = ("Active", "Active", "Active", "Frozen", "OnHold", "Canceled", "Expired")
+LINE_TYPES = ("R", "P", "M", "1", "G")
+FIRST_NIGHT = dt.date(2026, 1, 1)
+CENT = Decimal("0.01")
+
+
+@dataclass
+class _Sale:
+    receipt: str
+    when: dt.datetime
+    storecode: str
+    status: str
+    lines: list[tuple[str, int, Decimal]]  # (type, quantity, price per unit)
+
+
+@dataclass
+class _Client:
+    number: str
+    store: str
+    is_eft: bool
+    status: str
+    balance: Decimal
+    points: int
+    sales: list[_Sale] = field(default_factory=list)
+    points_events: list[tuple[str, dt.datetime, int]] = field(default_factory=list)
+    last_modified: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+class History:
+    """The service's state, changed night by night; :meth:`night_rows` is what a night lands."""
+
+    def __init__(self, clients: int, seed: int = 7) -> None:
+        self.rng = random.Random(seed)
+        self.receipts = 0
+        self.clients = [self._new_client(i) for i in range(1, clients + 1)]
+
+    def _new_client(self, i: int) -> _Client:
+        rng = self.rng
+        client = _Client(
+            number=f"{i:06d}",
+            store=STORES[i % len(STORES)],
+            is_eft=rng.random() < 0.7,
+            status=rng.choice(STATUSES),
+            balance=Decimal(rng.randint(-5000, 20000)) * CENT,
+            points=rng.randint(-50, 900),
+        )
+        for _ in range(rng.randint(0, 4)):  # some history before the first night
+            self._sell(client, FIRST_NIGHT - dt.timedelta(days=rng.randint(1, 365)))
+        return client
+
+    def _sell(self, client: _Client, day: dt.date) -> None:
+        rng = self.rng
+        self.receipts += 1
+        when = dt.datetime.combine(day, dt.time(rng.randint(8, 20), rng.randint(0, 59)))
+        lines = [
+            (rng.choice(LINE_TYPES), rng.randint(1, 3), Decimal(rng.randint(100, 15000)) * CENT)
+            for _ in range(rng.randint(1, 3))
+        ]
+        client.sales.append(_Sale(f"R{self.receipts:09d}", when, client.store, "Saved", lines))
+        client.points_events.append((f"P{self.receipts:09d}", when, rng.randint(1, 50)))
+
+    def change(self, client: _Client, night: dt.date) -> None:
+        """One day's change of a client (it is then synced that night)."""
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.6:
+            self._sell(client, night)
+        elif roll < 0.7 and client.sales:
+            rng.choice(client.sales).status = "Voided"  # a late correction of an old sale
+        elif roll < 0.85:
+            client.status = rng.choice(STATUSES)
+        client.balance += Decimal(rng.randint(-3000, 3000)) * CENT
+        client.points += rng.randint(-20, 40)
+        client.last_modified = dt.datetime.combine(night, dt.time(1, 0), tzinfo=dt.UTC)
+
+    def night_rows(self, night: dt.date, synced: list[_Client]) -> dict[str, list[dict[str, Any]]]:
+        rows: dict[str, list[dict[str, Any]]] = {
+            "stores": [
+                {"storecode": s, "name": s.strip().title(), "timezone": "America/New_York", "active": True}
+                for s in STORES
+            ],
+            "eft_draw_days": [{"day": d, "description": f"day {d}"} for d in (1, 15)],
+        }
+        for client in synced:
+            for table, table_rows in _client_rows(client).items():
+                rows.setdefault(table, []).extend(table_rows)
+        return rows
+
+
+def _client_rows(c: _Client) -> dict[str, list[dict[str, Any]]]:
+    n = c.number
+    i = int(n)
+    sales_rows = [
+        {
+            "client_number": n,
+            "receipt_number": s.receipt,
+            "transaction_date": s.when,
+            "storecode": s.storecode,
+            "emp_no": "E1",
+            "status": s.status,
+        }
+        for s in c.sales
+    ]
+    line_rows = [
+        {
+            "client_number": n,
+            "receipt_number": s.receipt,
+            "line_no": k,
+            "type": t,
+            "quantity": q,
+            "price_per_unit": p,
+            "amount": p * q,
+            "tax": (p * q * Decimal("0.08")).quantize(CENT),
+        }
+        for s in c.sales
+        for k, (t, q, p) in enumerate(s.lines, start=1)
+    ]
+    payment_rows = [
+        {
+            "client_number": n,
+            "receipt_number": s.receipt,
+            "payment_id": f"Y{s.receipt}",
+            "payment_type": "VISA",
+            "amount": sum((p * q for _, q, p in s.lines), start=Decimal("0.00")),
+            "date": s.when,
+        }
+        for s in c.sales
+    ]
+    return {
+        "synced_clients": [{"client_number": n, "home_store": c.store, "last_modified": c.last_modified}],
+        "clients": [
+            {
+                "client_number": n,
+                "first_name": f"First{i}",
+                "last_name": f"Last{i}",
+                "home_store": c.store,
+                "last_modified": c.last_modified,
+            }
+        ],
+        "ledger_balances": [{"client_number": n, "storecode": c.store, "balance": c.balance}],
+        "memberships": [
+            {
+                "client_number": n,
+                "membership_id": f"M{n}",
+                "membership_type_id": "EFT1" if c.is_eft else "PIF",
+                "name": "Gold",
+                "is_eft": c.is_eft,
+                "status": c.status,
+                "storecode": c.store,
+                "draw_day": (1, 15)[i % 2] if c.is_eft else None,
+                "monthly_dues": Decimal("39.99") if c.is_eft else None,
+                "price": None if c.is_eft else Decimal("499.00"),
+            }
+        ],
+        "points_balances": [{"client_number": n, "storecode": c.store, "points": c.points}],
+        "billing_accounts": (
+            [{"client_number": n, "billing_account_id": f"B{n}", "membership_id": f"M{n}", "type": "CARD"}]
+            if c.is_eft
+            else []
+        ),
+        "comm_prefs": [{"client_number": n, "email": True, "sms": i % 2 == 0}],
+        "transactions": sales_rows,
+        "transaction_lines": line_rows,
+        "transaction_payments": payment_rows,
+        "points_transactions": [
+            {
+                "client_number": n,
+                "points_transaction_id": pid,
+                "date": when,
+                "storecode": c.store,
+                "points": points,
+                "reason": "sale",
+            }
+            for pid, when, points in c.points_events
+        ],
+    }
+
+
+def generate(
+    data_dir: DataDir,
+    clients: int,
+    nights: int,
+    rate: float = 0.05,
+    *,
+    seed: int = 7,
+    first_night: dt.date = FIRST_NIGHT,
+    start: int = 0,
+    history: History | None = None,
+) -> History:
+    """Land nights ``start`` .. ``nights - 1`` (night 0 = ``first_night``, full); return the history
+    so that a caller can land more nights later (``start=nights``, ``history=...``)."""
+    history = history or History(clients, seed)
+    for index in range(start, nights):
+        night = first_night + dt.timedelta(days=index)
+        if index == 0:
+            synced = history.clients
+        else:
+            synced = sorted(
+                history.rng.sample(history.clients, max(1, round(rate * clients))), key=lambda c: c.number
+            )
+            for client in synced:
+                history.change(client, night)
+        write_night(
+            data_dir,
+            night,
+            history.night_rows(night, synced),
+            mode="full" if index == 0 else "incremental",
+            watermark=f"{night.isoformat()}T01:00:00Z",
+        )
+    return history
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--clients", type=int, default=5000)
+    parser.add_argument("--nights", type=int, default=30)
+    parser.add_argument("--rate", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    generate(DataDir(args.data_dir.resolve()), args.clients, args.nights, args.rate, seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
