@@ -53,7 +53,7 @@ from membersync.extract.errors import (
     status_error,
     transport_error,
 )
-from membersync.extract.limits import AdaptiveConcurrency, RateLimiter
+from membersync.extract.limits import AdaptiveConcurrency, RateLimiter, parse_rate_headers
 from membersync.extract.paging import PageNumberPaging, page_numbers
 from membersync.extract.profile import Profile
 from membersync.extract.records import (
@@ -140,6 +140,7 @@ logger = logging.getLogger(__name__)
 
 _E = catalogue.BY_NAME
 _JSON_HEADERS = {"Content-Type": "application/json"}
+_ANNOUNCE_PROBE = 20  # answers without RateLimit-* headers before we stop looking (but on 429s)
 # Body fields whose values a server's error message must never echo into our error text.
 _SECRET_BODY_FIELDS = frozenset(redact.SECRET_FIELD_NAMES) | {"username"}
 _NESTED_RECORDS = catalogue.NESTED_RECORDS
@@ -179,6 +180,7 @@ class ClientOptions:
     backoff_max: float = constants.BACKOFF_MAX
     retry_after_max: float = constants.RETRY_AFTER_MAX
     rate: float | None = None
+    initial_rate: float | None = None  # where the rate finder starts (the rate a previous night found)
     max_concurrency: int = constants.MAX_CONCURRENCY
     initial_concurrency: int = constants.INITIAL_CONCURRENCY
     adaptive: bool = True
@@ -380,7 +382,16 @@ class ServiceClient:
         self.concurrency = AdaptiveConcurrency(
             opts.max_concurrency, initial=opts.initial_concurrency, adaptive=opts.adaptive
         )
-        self.rate = RateLimiter(cap=opts.rate, adaptive=opts.adaptive, clock=opts.clock, sleep=opts.sleep)
+        self.rate = RateLimiter(
+            cap=opts.rate,
+            initial=opts.initial_rate,
+            adaptive=opts.adaptive,
+            clock=opts.clock,
+            sleep=opts.sleep,
+        )
+        # Whether answers carry RateLimit-* headers: looked for until a few answers said nothing
+        # (then only on 429s), so a server that never announces costs no header parsing.
+        self._announces: bool | None = None
         self.paging = PageNumberPaging.from_profile(self.profile, opts.page_size)
         self._http = _CookielessClient(
             auth=httpx.BasicAuth(username, password),
@@ -544,6 +555,8 @@ class ServiceClient:
             if status >= 300 or status < 200:
                 raise self._status_error(prep, response, started, now, body)
             result = self._unwrap(prep, data, status)
+            if self._announces is not False:
+                self._read_announcement(response)
             self.rate.on_success(now)
             success = True
             return result
@@ -568,6 +581,7 @@ class ServiceClient:
             )
         if status == 429:
             self.stats.status_429 += 1
+            self._read_announcement(response)
             self.rate.on_rate_limited(started, retry_after)
             self.concurrency.on_rate_limited(started, now)
         secrets = _secret_values(body) if body else ()
@@ -577,6 +591,14 @@ class ServiceClient:
         if retry_after is not None and not isinstance(error, RateLimitedError):
             error.retry_after = retry_after  # type: ignore[attr-defined]  # 503 + Retry-After
         return error
+
+    def _read_announcement(self, response: httpx.Response) -> None:
+        announced = parse_rate_headers(response.headers, self.options.wall_clock())
+        if announced is not None:
+            self._announces = True
+            self.rate.on_announced(announced)
+        elif self._announces is None and self.stats.requests >= _ANNOUNCE_PROBE:
+            self._announces = False
 
     def _unwrap(self, prep: _Prepared, data: bytes, status: int) -> Any:
         ep = prep.endpoint

@@ -32,21 +32,32 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 NEVER_RETRY_STATUSES = frozenset({400, 401, 403, 404, 409})
 
 # -- politeness: concurrency ---------------------------------------------------------------
-MAX_CONCURRENCY = 32  # requests in flight at most (also the connection pool size)
+# Requests in flight at most (also the connection pool size). The rate limiter keeps us polite;
+# this only has to allow the rate at the server's latency (200 req/s x 0.2 s = 40 in flight).
+MAX_CONCURRENCY = 128
 INITIAL_CONCURRENCY = 8  # adaptive limit starts here and grows while the server keeps up
 MIN_CONCURRENCY = 1
 CONCURRENCY_DECREASE = 0.75  # multiplicative decrease of the concurrency limit on a 429
 
-# -- politeness: request rate (AIMD) ------------------------------------------------------
-# Until the first 429 the rate is unlimited (or the explicit cap). On a 429 the rate drops
-# to RATE_DECREASE x the throughput seen just before (once per episode); every success then
-# adds RATE_INCREASE req/s, i.e. the rate grows by ~2 % per second whatever its size.
-RATE_DECREASE = 0.8
-RATE_INCREASE = 0.02  # req/s added per successful request
-RATE_ACCELERATION_SECONDS = 10.0  # without a 429 for this long, the increase doubles (x3 at 2x...)
+# -- politeness: request rate (see limits.RateLimiter) ------------------------------------
+# Until the first 429 the rate is unlimited (or the explicit cap, or the rate the previous night
+# found). On a 429 the server's rate is estimated from what it accepted over the last
+# ACCEPT_WINDOW seconds of sending; the pace goes RATE_MARGIN below it and probes upward slowly.
+RATE_MARGIN = 0.02  # pace this far below the estimated limit
+RATE_DECREASE = 0.8  # the cut when a 429 comes before any estimate is possible
+RATE_START = 10.0  # req/s: the first cut when a 429 comes before anything could be measured
+RATE_PROBE_START = 0.5  # growth per second before any estimate (a slow start)
+RATE_PROBE_FAR = 0.2  # growth per second while well below the estimated limit (20 %/s)
+RATE_PROBE_NEAR = 0.002  # growth per second near it: ~10 s from the margin to the limit
+ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
+ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate
+ACCEPT_MIN_SPAN = 0.5  # an estimate needs this many seconds of sending ...
+ACCEPT_MIN_COUNT = 10  # ... and this many accepted answers
+SHARED_PAUSE_FULL = 2.0  # seconds: a longer Retry-After pauses every request for all of it
+MIN_PAUSE = 0.05  # seconds: the shortest shared pause (Retry-After: 0 never makes us spin)
 MIN_RATE = 1.0  # req/s; never slower than this
-# Client-side pacing lets a request leave this many intervals early (a burst of 2): enough to
-# absorb timer jitter, small enough for a server whose own bucket holds only a few tokens.
+# Client-side pacing lets a request leave this many intervals early until the first 429 (timer
+# jitter); after it, none.
 RATE_BURST = 1.0
 THROUGHPUT_WINDOW = 0.5  # seconds over which the observed throughput is measured
 

@@ -24,72 +24,125 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from membersync.extract import constants
 
 Clock = Callable[[], float]
+# Above the limit, a steady share of requests is refused ((pace - limit) / pace); below this share
+# of the last ACCEPT_WINDOW s, a 429 is taken for an isolated one (a burst, jitter).
+SUSTAINED_REFUSALS = 0.03
 Sleep = Callable[[float], Awaitable[None]]
 
 
 class RateLimiter:
-    """Client-side rate (req/s) with AIMD adaptation and a shared ``Retry-After`` cool-down."""
+    """Client-side rate (req/s): found from what the server accepts, paced smoothly.
+
+    * **Pacing** (GCRA): one request every ``1/rate`` s. Before the first 429 a request may
+      leave one interval early (timer jitter); after it, none: a server whose bucket holds a
+      single token refuses any two requests closer than its interval.
+    * **Finding the limit**: unlimited (or the explicit cap, or the rate a previous night
+      found: ``initial``) until the first 429. On a 429 the server's rate is estimated from
+      what it *accepted* over the last seconds of sending (pauses excluded), the lower of that
+      and the rate we were sending at: we were above the limit, so the accepted rate is the
+      limit (plus what its bucket held). The pace drops to ``ceiling x (1 - RATE_MARGIN)``,
+      once per 429 episode, not halved on every 429.
+    * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
+      doubles every second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
+      fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
+      night sits just under the limit and meets a 429 (and its ``Retry-After`` pause) rarely.
+      The probe only runs while the rate is what holds us back.
+    * **A server that announces its limit** (:meth:`on_announced`) is obeyed exactly: its rate
+      becomes the cap, and an exhausted quota pauses every request until it resets.
+    * The refused request waits its ``Retry-After``; every other request pauses too (a shared
+      cool-down): for the whole ``Retry-After`` when it is long (the server is out for a
+      while), for two intervals at the new pace when it is a token bucket's rounded-up second.
+      A pause is never shorter than ``MIN_PAUSE``, so a ``Retry-After: 0`` or a date in the past
+      cannot make us spin.
+    """
 
     def __init__(
         self,
         *,
         cap: float | None = None,
+        initial: float | None = None,
         adaptive: bool = True,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         if cap is not None and cap <= 0:
             raise ValueError("rate cap must be > 0 req/s (or None for no cap)")
+        if initial is not None and initial <= 0:
+            raise ValueError("initial rate must be > 0 req/s (or None)")
         self.cap = cap
         self.adaptive = adaptive
         self._clock = clock
         self._sleep = sleep
-        self.rate: float | None = cap  # None = unlimited
+        self.announced: float | None = None  # the server's own word (RateLimit-* headers)
+        self.ceiling: float | None = initial  # the server's rate as estimated at the last 429
+        start = initial * (1 - constants.RATE_MARGIN) if initial and adaptive else None
+        self.rate: float | None = self._capped(start) if start else cap  # None = unlimited
+        self._early = constants.RATE_BURST  # intervals a request may leave early (0 after a 429)
         self._tat = 0.0  # theoretical arrival time of the next request (GCRA)
+        self._queue = asyncio.Lock()  # FIFO: the requests waiting for their slot
         self.cooldown_until = 0.0
         self._last_decrease = 0.0
+        self._last_grow: float | None = None
         self.decreases = 0
-        # Successes per second while we were allowed to send: a window starts at the first
-        # answer and again when a cool-down ends (paused time would make the estimate useless).
+        # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
+        # what the server accepted per second of sending (the estimate of its limit).
+        self._accepted: deque[float] = deque()
+        self._pauses: deque[tuple[float, float]] = deque()
+        self._refused: deque[float] = deque()
+        self._first_answer: float | None = None
+        # Successes per second over THROUGHPUT_WINDOW: is the rate what holds us back?
         self._window_start: float | None = None
         self._window_count = 0
-        self.throughput = 0.0  # over the last full window
+        self.throughput = 0.0
+
+    def _capped(self, rate: float) -> float:
+        for limit in (self.cap, self.announced):
+            if limit is not None and rate > limit:
+                rate = limit
+        return max(constants.MIN_RATE, rate)
 
     # -- before a request ------------------------------------------------------------------
 
     async def wait_turn(self) -> None:
-        """Wait for the cool-down to end and for this request's slot at the current rate."""
-        clock, sleep = self._clock, self._sleep
-        while True:
-            pause = self.cooldown_until - clock()
-            if pause > 0:
-                await sleep(pause)
-                continue
-            rate = self.rate
-            if rate is None:
-                return
-            now = clock()
-            interval = 1.0 / rate
-            tat = self._tat if self._tat > now else now
-            self._tat = tat + interval
-            go = tat - constants.RATE_BURST * interval  # a slot may be taken this early
-            if go <= now:
-                return
-            await sleep(go - now)
-            if self.cooldown_until <= clock():
-                return
-            # a cool-down began while we waited for our slot: take a new one after it, so that
-            # the requests held back do not all leave together when it ends
+        """Wait for the cool-down to end and for this request's slot at the current rate.
+
+        Waiters queue (FIFO) and only the head sleeps, for its own slot: slots are not booked
+        ahead, so a rate that grows (or a pause that begins) applies to every waiter at once.
+        """
+        if self.rate is None and self.cooldown_until <= self._clock():
+            return  # unlimited, no pause: the fast path
+        async with self._queue:
+            clock, sleep = self._clock, self._sleep
+            while True:
+                now = clock()
+                pause = self.cooldown_until - now
+                if pause > 0:
+                    await sleep(pause)
+                    continue
+                rate = self.rate
+                if rate is None:
+                    return
+                interval = 1.0 / rate
+                # Keep the schedule through a late wake-up (the loop's timer is ~1 ms late): a
+                # slot up to one interval old is still granted, so the pace stays the rate.
+                tat = self._tat if self._tat > now - interval else now
+                go = tat - self._early * interval
+                if go <= now:
+                    self._tat = tat + interval
+                    return
+                await sleep(go - now)
 
     # -- after an answer -------------------------------------------------------------------
 
     def on_success(self, now: float) -> None:
-        """A successful answer at ``now``: counts for the throughput, and grows the rate."""
+        """A successful answer at ``now``: counts for the estimate, and may grow the rate."""
+        self._count_accepted(now)
         start = self._window_start
         if start is None:
             self._window_start, self._window_count = now, 1
@@ -102,43 +155,202 @@ class RateLimiter:
         rate = self.rate
         if rate is None or not self.adaptive:
             return
+        last, self._last_grow = self._last_grow, now
+        if last is None or now <= last:
+            return
         # Grow only while the rate is what limits us; a rate far above what we achieve
         # (because concurrency or the caller is the bottleneck) would make the next cut useless.
-        if self.throughput and rate > 1.25 * self.throughput + 1.0:
+        if self.throughput and rate > 1.5 * self.throughput + 2.0:
             return
-        # The longer since the last 429, the faster we probe (the limit may have been far above
-        # a cut that was too deep): +2 %/s at first, +4 %/s after 10 s, +8 %/s after 30 s, ...
-        calm = now - self._last_decrease if self._last_decrease > 0 else 0.0
-        rate += constants.RATE_INCREASE * (1.0 + calm / constants.RATE_ACCELERATION_SECONDS)
-        self.rate = rate if self.cap is None or rate < self.cap else self.cap
+        ceiling = self.ceiling
+        if ceiling is not None and rate > ceiling and self.announced is None:
+            ceiling = self.ceiling = rate  # past the estimate without a refusal: it was low
+        if ceiling is None:  # no estimate yet (a rough first cut): double every second
+            growth = constants.RATE_PROBE_START
+        elif rate >= ceiling * (1 - 2 * constants.RATE_MARGIN):
+            growth = constants.RATE_PROBE_NEAR
+        else:
+            growth = constants.RATE_PROBE_FAR
+        self.rate = self._capped(rate * (1.0 + growth * (now - last)))
 
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
-        observed = self._observed(now)
-        if retry_after:
-            until = now + retry_after
-            if until > self.cooldown_until:
-                self.cooldown_until = until
-                self._tat = max(self._tat, until)
-                self._window_start, self._window_count = until, 0  # measure again after the pause
+        self._refused.append(now)
+        accepted = self._accepted_rate(now)
+        refused_share = self._refused_share(now)
+        self._pause(now, self._shared_pause(retry_after))
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
         self._last_decrease = now
-        current = self.rate if self.rate is not None else observed
-        if current is None:  # refused before we saw any throughput: the cool-down must do
-            return False
-        new = max(constants.MIN_RATE, current * constants.RATE_DECREASE)
-        self.rate = new if self.cap is None else min(new, self.cap)
+        self._early = 0.0
+        self._last_grow = now
         self.decreases += 1
+        if accepted is not None and self.rate is not None and refused_share < SUSTAINED_REFUSALS:
+            # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
+            # end, timer jitter, a moment of low demand then a burst), not a pace above its
+            # limit, which refuses a steady share. A small step back; the estimate stays.
+            self.rate = self._capped(self.rate * (1 - constants.RATE_MARGIN / 2))
+            return True
+        if accepted is not None:
+            # We were sending above the limit, so what it accepted is the limit (at most).
+            level = accepted if self.rate is None else min(accepted, self.rate)
+            self.ceiling = level
+            self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
+            return True
+        # Too few answers for an estimate (the very first 429s): a plain cut of what we were
+        # doing, and no ceiling, so the rate probes up fast until a real estimate exists.
+        rough = self.rate if self.rate is not None else self._rough_rate(now)
+        self.rate = self._capped(rough * constants.RATE_DECREASE)
         return True
 
-    def _observed(self, now: float) -> float | None:
-        """Successes per second just before now (the running window when it has enough)."""
-        start, count = self._window_start, self._window_count
-        if start is not None and count >= 2 and now > start:
-            return count / max(now - start, 0.02)
-        return self.throughput or None
+    def _shared_pause(self, retry_after: float | None) -> float:
+        """How long *every* request waits after a 429 (the refused one waits its Retry-After).
+
+        A long ``Retry-After`` means the server is out for a while (a quota window, trouble):
+        everyone waits it out. A short one from a token bucket (whole seconds, rounded up from
+        a few milliseconds) says the bucket is empty *now*: a pause of two intervals at the
+        lowered pace lets it refill, and the request that was refused still waits the full
+        ``Retry-After`` before it is sent again.
+        """
+        if retry_after is None:
+            return 0.0
+        if retry_after > constants.SHARED_PAUSE_FULL or self.rate is None:
+            return retry_after
+        return min(retry_after, 2.0 / self.rate)
+
+    def on_announced(self, limit: RateAnnouncement) -> None:
+        """The server's own word on its limit (see :func:`parse_rate_headers`): obey it."""
+        now = self._clock()
+        if limit.rate is not None and limit.rate > 0:
+            self.announced = limit.rate * (1 - constants.ANNOUNCED_MARGIN)
+            self.ceiling = limit.rate
+            self.rate = self._capped(self.rate if self.rate is not None else self.announced)
+            self._early = 0.0
+        if limit.remaining is not None and limit.remaining <= 0:
+            reset = limit.reset if limit.reset is not None else 0.0
+            # An empty quota pauses everyone until it resets, unless we already pace at the
+            # announced rate and it refills within a moment (a token bucket's next token).
+            if self.announced is None or reset > constants.SHARED_PAUSE_FULL:
+                self._pause(now, reset)
+
+    def _pause(self, now: float, seconds: float) -> None:
+        until = now + max(seconds, constants.MIN_PAUSE)
+        if until > self.cooldown_until:
+            start = max(now, self.cooldown_until)
+            self.cooldown_until = until
+            self._tat = max(self._tat, until)
+            self._window_start, self._window_count = until, 0  # measure again after the pause
+            self._pauses.append((start, until))
+
+    # -- the estimate ------------------------------------------------------------------------
+
+    def _count_accepted(self, now: float) -> None:
+        accepted = self._accepted
+        if not accepted:
+            self._first_answer = now
+        accepted.append(now)
+        horizon = now - constants.ACCEPT_WINDOW
+        while accepted[0] < horizon:
+            accepted.popleft()
+
+    def _accepted_rate(self, now: float) -> float | None:
+        """Answers accepted per second of sending over the last ACCEPT_WINDOW s (None: too few).
+
+        Time spent in a shared pause is not sending time: it is left out of the span.
+        """
+        accepted, pauses = self._accepted, self._pauses
+        horizon = now - constants.ACCEPT_WINDOW
+        while accepted and accepted[0] < horizon:
+            accepted.popleft()
+        while pauses and pauses[0][1] < horizon:
+            pauses.popleft()
+        if len(accepted) < constants.ACCEPT_MIN_COUNT:
+            return None
+        first = accepted[0]
+        paused = sum(max(0.0, min(end, now) - max(start, first)) for start, end in pauses)
+        span = now - first - paused
+        if span < constants.ACCEPT_MIN_SPAN:
+            return None
+        return (len(accepted) - 1) / span
+
+    def _refused_share(self, now: float) -> float:
+        """Share of the answers of the last ACCEPT_WINDOW s that were 429s."""
+        refused, horizon = self._refused, now - constants.ACCEPT_WINDOW
+        while refused and refused[0] < horizon:
+            refused.popleft()
+        total = len(refused) + len(self._accepted)
+        return len(refused) / total if total else 1.0
+
+    def _rough_rate(self, now: float) -> float:
+        """What we achieved since the first answer, however little we know (for a first cut)."""
+        elapsed = now - self._first_answer if self._first_answer is not None else 0.0
+        count = len(self._accepted)
+        if count >= 2 and elapsed > 0:
+            return max(count / elapsed, constants.RATE_START)
+        return constants.RATE_START
+
+
+@dataclass(frozen=True)
+class RateAnnouncement:
+    """What a server said of its limit: ``rate`` req/s, requests ``remaining`` in its window,
+    and seconds until it ``reset``s (each None when not said)."""
+
+    rate: float | None = None
+    remaining: float | None = None
+    reset: float | None = None
+
+
+def parse_rate_headers(headers: Mapping[str, str], now_epoch: float) -> RateAnnouncement | None:
+    """Read ``RateLimit-*`` (IETF draft) or ``X-RateLimit-*`` headers; None when absent.
+
+    ``RateLimit-Policy: 100;w=60`` (or ``X-RateLimit-Policy``) gives the window; without it a
+    ``Limit`` is taken per second only when ``Reset`` is at most one second (else the window is
+    unknown: only ``Remaining``/``Reset`` gate us). A ``Reset`` larger than a day is an epoch
+    time (as some APIs send it), converted with ``now_epoch``.
+    """
+    found: dict[str, str] = {}
+    for prefix in ("ratelimit-", "x-ratelimit-"):
+        for field in ("limit", "remaining", "reset", "policy"):
+            value = headers.get(prefix + field)
+            if value is not None and field not in found:
+                found[field] = value
+    if not found:
+        return None
+    limit = _number(found.get("limit"))
+    remaining = _number(found.get("remaining"))
+    reset = _number(found.get("reset"))
+    if reset is not None and reset > 86_400:
+        reset = max(0.0, reset - now_epoch)
+    window = _policy_window(found.get("policy"))
+    rate = None
+    if limit is not None and limit > 0:
+        if window is not None and window > 0:
+            rate = limit / window
+        elif reset is not None and reset <= 1.0 and remaining is not None and remaining >= limit - 1:
+            rate = limit  # a full per-second quota: the limit is per second
+    return RateAnnouncement(rate, remaining, reset)
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    first = value.split(",")[0].split(";")[0].strip()  # "100, 100;w=60" -> the first item
+    try:
+        number = float(first)
+    except ValueError:
+        return None
+    return number if number == number and number not in (float("inf"), float("-inf")) else None
+
+
+def _policy_window(policy: str | None) -> float | None:
+    if not policy:
+        return None
+    for part in policy.split(",")[0].split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        if key.strip().lower() == "w":
+            return _number(value)
+    return None
 
 
 class AdaptiveConcurrency:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 from membersync.flows.schedule import stop_process
@@ -60,7 +61,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def sandbox_process(clients: int, *, rate: float = 0.0, latency_ms: float = 0.0) -> Iterator[str]:
+def sandbox_process(
+    clients: int,
+    *,
+    rate: float = 0.0,
+    latency_ms: float = 0.0,
+    burst: float | None = None,
+    announce_limits: bool = False,
+) -> Iterator[str]:
     """A ``membersync sandbox`` subprocess on loopback; yields its URL once it answers."""
     port = _free_port()
     cmd = [
@@ -76,6 +84,8 @@ def sandbox_process(clients: int, *, rate: float = 0.0, latency_ms: float = 0.0)
         str(rate),
         "--latency-ms",
         str(latency_ms),
+        *(["--burst", str(burst)] if burst is not None else []),
+        *(["--announce-limits"] if announce_limits else []),
     ]
     env = {**os.environ, "SANDBOX_USERNAME": USERNAME, "SANDBOX_PASSWORD": PASSWORD}
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -287,6 +297,120 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     table.add_row("", "fixed CPU per night (flow run)", f"{few_cpu - slope * few:.2f} s", "", "")
     out.print(table)
     return 0
+
+
+# --- politeness at the limit: the rate matrix ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateCell:
+    rate: float
+    burst: float
+    latency_ms: float
+    announce: bool
+    requests: int
+    retries: int
+    share_of_limit: float  # passed requests/s at the server (first 5 s and last second excluded) / rate
+    share_429: float  # of every request the server saw
+    seconds: float  # the measured span
+
+    @property
+    def ok(self) -> bool:
+        return self.share_of_limit >= 0.95 and self.share_429 < 0.01
+
+
+def server_share(stats: dict[str, Any], rate: float, skip_s: int = 5) -> tuple[float, float, float]:
+    """(share of the limit, share answered 429, seconds measured) from the sandbox's own counters.
+
+    The pace is what the server let through per second, from ``skip_s`` s after the first
+    request to the last whole second (the night's tail, when few clients remain, is not pace).
+    """
+    passed = {int(k): v for k, v in stats["passed_per_second"].items()}
+    refused = {int(k): v for k, v in stats["refused_per_second"].items()}
+    seconds = sorted(set(passed) | set(refused))
+    if not seconds:
+        return 0.0, 0.0, 0.0
+    first, last = seconds[0] + skip_s, seconds[-1] - 1
+    span = last - first
+    if span <= 0:
+        raise RuntimeError("the night was too short to measure: give it more clients")
+    through = sum(v for k, v in passed.items() if first <= k < last)
+    total = sum(passed.values()) + sum(refused.values())
+    return through / span / rate, sum(refused.values()) / total, float(span)
+
+
+def rate_cell(rate: float, burst: float, latency_ms: float, seconds: float, announce: bool) -> RateCell:
+    """One night against a sandbox limited to ``rate``/s with ``burst`` tokens and ``latency_ms``."""
+    clients = max(20, int(rate * (seconds + 6) / 9.3))  # ~9.3 requests per client
+    with sandbox_process(
+        clients, rate=rate, latency_ms=latency_ms, burst=burst, announce_limits=announce
+    ) as url:
+        httpx.get(f"{url}/_sandbox/stats", timeout=5)  # (warm: the sandbox counts from the night's start)
+        before = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
+        night = run_child(url, prefect=False, timeout=3600, extra_env={"MEMBERSYNC_BATCHES_IN_FLIGHT": "4"})
+        after = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
+    for key in ("passed_per_second", "refused_per_second"):
+        for second, count in before[key].items():
+            after[key][second] -= count  # the start-up probe is not the night
+    share, share_429, span = server_share(after, rate)
+    return RateCell(rate, burst, latency_ms, announce, night.requests, night.retries, share, share_429, span)
+
+
+def run_rate_matrix(
+    rates: list[float], bursts: list[str], latencies: list[float], seconds: float, markdown: str | None
+) -> int:
+    """``membersync bench --rate-matrix``: % of the limit held at the server, % 429, retries."""
+    cells: list[RateCell] = []
+    for rate in rates:
+        for burst_text in bursts:
+            burst = rate if burst_text == "R" else float(burst_text)
+            for latency in latencies:
+                for announce in (False, True):
+                    err.print(
+                        f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
+                        f"{'announced' if announce else 'silent'} ..."
+                    )
+                    cell = rate_cell(rate, burst, latency, seconds, announce)
+                    err.print(f"  {cell.share_of_limit:.1%} of the limit, {cell.share_429:.2%} 429")
+                    cells.append(cell)
+    table = Table(title="politeness at the limit (measured at the server)", title_justify="left")
+    for column in ("rate/s", "burst", "latency", "headers", "requests", "% of limit", "% 429", "retries", ""):
+        table.add_column(column, justify="right")
+    for c in cells:
+        table.add_row(
+            f"{c.rate:g}",
+            f"{c.burst:g}",
+            f"{c.latency_ms:g} ms",
+            "announced" if c.announce else "silent",
+            f"{c.requests:,}",
+            f"{c.share_of_limit:.1%}",
+            f"{c.share_429:.2%}",
+            f"{c.retries:,}",
+            _verdict(c.ok),
+        )
+    out.print(table)
+    met = sum(c.ok for c in cells)
+    out.print(f"{met} of {len(cells)} cells at >= 95 % of the limit with < 1 % answered 429")
+    if markdown:
+        Path(markdown).write_text(_rate_markdown(cells), encoding="utf-8")
+    return 0
+
+
+def _rate_markdown(cells: list[RateCell]) -> str:
+    lines = [
+        "| rate/s | burst | latency | limit headers | requests | % of limit | % 429 | retries | met |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c.rate:g} | {c.burst:g} | {c.latency_ms:g} ms | {'announced' if c.announce else 'silent'} "
+            f"| {c.requests:,} | {c.share_of_limit:.1%} | {c.share_429:.2%} | {c.retries:,} "
+            f"| {'yes' if c.ok else 'no'} |"
+        )
+    met = sum(c.ok for c in cells)
+    lines.append("")
+    lines.append(f"{met} of {len(cells)} cells at >= 95 % of the limit with < 1 % answered 429.")
+    return "\n".join(lines) + "\n"
 
 
 def sandbox_only_bench(clients: list[int]) -> int:

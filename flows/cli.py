@@ -86,6 +86,9 @@ def sandbox(
     burst: Annotated[
         float | None, typer.Option(help="token-bucket burst per credential (default: the rate)")
     ] = None,
+    announce_limits: Annotated[
+        bool, typer.Option("--announce-limits", help="send RateLimit-* headers with every answer")
+    ] = False,
     anchor_date: Annotated[
         str | None, typer.Option("--anchor-date", help="data is generated up to this date (default: today)")
     ] = None,
@@ -111,6 +114,7 @@ def sandbox(
             username=username,
             password=password,
             burst=burst,
+            announce_limits=announce_limits,
             anchor_date=parse_date(anchor_date),
             drift=drift,
             profile=Profile.load(profile) if profile else None,
@@ -234,11 +238,32 @@ def bench(
     sandbox_only: Annotated[
         bool, typer.Option("--sandbox-only", help="only the sandbox's own throughput")
     ] = False,
+    rate_matrix: Annotated[
+        bool, typer.Option("--rate-matrix", help="politeness at the limit: rates x bursts x latencies")
+    ] = False,
+    rates: Annotated[str, typer.Option(help="rate matrix: limits in req/s")] = "20,50,200,500",
+    bursts: Annotated[str, typer.Option(help="rate matrix: bucket sizes (R = the rate)")] = "1,5,20,R",
+    latencies: Annotated[str, typer.Option(help="rate matrix: latencies in ms")] = "0,20,200",
+    seconds: Annotated[float, typer.Option(help="rate matrix: seconds of each night")] = 20.0,
+    markdown: Annotated[str | None, typer.Option(help="rate matrix: also write a markdown table")] = None,
 ) -> None:
     """Measure throughput, CPU per request and peak memory; print the figures."""
-    from membersync.flows.bench import run_bench_cli
+    from membersync.flows.bench import run_bench_cli, run_rate_matrix
 
+    if rate_matrix:
+        numbers = guarded(lambda: _numbers(rates, "--rates") + _numbers(latencies, "--latencies"))
+        split = len(rates.split(","))
+        raise typer.Exit(
+            run_rate_matrix(numbers[:split], bursts.split(","), numbers[split:], seconds, markdown)
+        )
     raise typer.Exit(run_bench_cli(clients or [10_000], sandbox_only=sandbox_only))
+
+
+def _numbers(text: str, option: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{option} takes numbers separated by commas, got {text!r}") from None
 
 
 @app.command()

@@ -23,7 +23,7 @@ import orjson
 import pytest
 from membersync.extract import catalogue, constants, errors, redact
 from membersync.extract.client import ClientOptions, ServiceClient
-from membersync.extract.limits import AdaptiveConcurrency, RateLimiter
+from membersync.extract.limits import AdaptiveConcurrency, RateAnnouncement, RateLimiter, parse_rate_headers
 from membersync.extract.profile import Profile
 from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
 
@@ -512,29 +512,124 @@ def test_rate_limiter_paces_at_its_rate() -> None:
     assert t.sleeps == [pytest.approx(0.01)] * 18
 
 
-def test_rate_is_cut_once_per_429_episode_and_grows_back_on_success() -> None:
+def test_a_429_sets_the_pace_just_under_what_the_server_accepted() -> None:
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     assert limiter.rate is None  # unlimited until the server objects
-    for _ in range(101):  # 100 answers in 0.5 s: 200 req/s observed
+    for _ in range(400):  # 400 answers in 2 s: the server accepted 200 req/s
         limiter.on_success(t.now)
         t.now += 0.005
     assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0)
-    assert limiter.rate == pytest.approx(200 * constants.RATE_DECREASE, rel=0.05)
+    assert limiter.ceiling == pytest.approx(200, rel=0.03)  # estimated, not halved
+    assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
     first = limiter.rate
-    assert first is not None
     # the other requests in flight at that moment get their 429 too: no further cut
     assert not limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
     assert limiter.rate == first
     assert limiter.cooldown_until == pytest.approx(t.now + 1.0)
-    t.now += 1.0  # the cool-down is over
-    for _ in range(100):
+
+
+def test_the_rate_probes_fast_far_below_the_limit_and_slowly_near_it() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=100.0, clock=t.clock, sleep=t.sleep)
+    assert limiter.rate == pytest.approx(98.0)  # a previous night's rate, less the margin
+    for _ in range(1000):  # 10 s at the pace: near the limit, ~0.05 %/s
         limiter.on_success(t.now)
-    # +RATE_INCREASE per success, a tenth more 1 s after the cut (the probe accelerates)
-    assert limiter.rate == pytest.approx(first + 100 * constants.RATE_INCREASE * 1.1)
-    t.now += 2.0  # a new episode
+        t.now += 1 / 98
+    assert 98.0 < limiter.rate < 98.0 * 1.006
+    far = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    far.rate, far.ceiling = 50.0, 100.0  # e.g. a first estimate far too low
+    started = t.now
+    while t.now - started < 10.0:  # answers come at the pace: ~5 %/s for 10 s
+        far.on_success(t.now)
+        t.now += 1 / far.rate
+    assert 75.0 < far.rate < 85.0
+
+
+def test_a_429_before_any_estimate_cuts_multiplicatively() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(cap=40.0, clock=t.clock, sleep=t.sleep)
     assert limiter.on_rate_limited(started=t.now, retry_after=None)
-    assert limiter.rate < first
+    assert limiter.rate == pytest.approx(40.0 * constants.RATE_DECREASE * (1 - constants.RATE_MARGIN))
+
+
+@pytest.mark.parametrize("retry_after", [0.0, None])
+def test_retry_after_zero_or_a_past_date_never_spins(retry_after: float | None) -> None:
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.on_rate_limited(started=t.now, retry_after=retry_after)
+    assert limiter.cooldown_until == pytest.approx(t.now + constants.MIN_PAUSE)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        # IETF draft with a policy: 100 per 60 s
+        (
+            {
+                "RateLimit-Limit": "100",
+                "RateLimit-Remaining": "40",
+                "RateLimit-Reset": "12",
+                "RateLimit-Policy": "100;w=60",
+            },
+            (100 / 60, 40.0, 12.0),
+        ),
+        # IETF draft without a policy, a full per-second quota
+        ({"RateLimit-Limit": "50", "RateLimit-Remaining": "50", "RateLimit-Reset": "1"}, (50.0, 50.0, 1.0)),
+        # without a policy and a longer reset: the window is unknown, only remaining/reset gate
+        ({"RateLimit-Limit": "50", "RateLimit-Remaining": "0", "RateLimit-Reset": "7"}, (None, 0.0, 7.0)),
+        # X-RateLimit-* with an epoch reset (GitHub style)
+        (
+            {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1700000030"},
+            (None, 0.0, 30.0),
+        ),
+        # X-RateLimit-* with a policy header and a delta reset
+        (
+            {
+                "X-RateLimit-Limit": "20",
+                "X-RateLimit-Remaining": "3",
+                "X-RateLimit-Reset": "0.5",
+                "X-RateLimit-Policy": "20;w=1",
+            },
+            (20.0, 3.0, 0.5),
+        ),
+        # structured list form "100, 100;w=60" keeps the first item
+        (
+            {"RateLimit-Limit": "100, 1000;w=3600", "RateLimit-Policy": "100;w=60, 1000;w=3600"},
+            (100 / 60, None, None),
+        ),
+    ],
+)
+def test_announced_limit_header_forms(headers: dict[str, str], expected: tuple) -> None:
+    announced = parse_rate_headers(httpx.Headers(headers), now_epoch=1_700_000_000.0)
+    assert announced is not None
+    rate, remaining, reset = expected
+    assert announced.rate == (pytest.approx(rate) if rate is not None else None)
+    assert (announced.remaining, announced.reset) == (remaining, reset)
+
+
+def test_no_rate_headers_is_no_announcement() -> None:
+    assert parse_rate_headers(httpx.Headers({"Content-Type": "application/json"}), 0.0) is None
+
+
+def test_an_announced_limit_is_obeyed_exactly_and_an_empty_quota_pauses() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.on_announced(RateAnnouncement(rate=20.0, remaining=5.0, reset=0.4))
+    assert limiter.rate == pytest.approx(20.0 * (1 - constants.ANNOUNCED_MARGIN))
+    for _ in range(1000):  # probing never passes the server's word
+        limiter.on_success(t.now)
+        t.now += 0.05
+    assert limiter.rate <= 20.0 * (1 - constants.ANNOUNCED_MARGIN)
+    limiter.on_announced(RateAnnouncement(rate=20.0, remaining=0.0, reset=0.4))
+    assert limiter.cooldown_until < t.now  # paced at the announced rate: the next token comes in time
+    limiter.on_announced(RateAnnouncement(rate=20.0, remaining=0.0, reset=30.0))
+    assert limiter.cooldown_until == pytest.approx(t.now + 30.0)  # a quota window: everyone waits
+    quota = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    quota.on_announced(RateAnnouncement(rate=None, remaining=0.0, reset=0.4))  # no rate known
+    assert quota.cooldown_until == pytest.approx(t.now + 0.4)
+    quota.on_announced(RateAnnouncement(rate=None, remaining=0.0, reset=0.0))  # reset "now"
+    assert quota.cooldown_until >= t.now + constants.MIN_PAUSE - 1e-9  # a pause, never a spin
 
 
 def test_explicit_rate_cap_is_never_exceeded() -> None:

@@ -74,6 +74,7 @@ class SandboxConfig:
     profile: Profile | None = None  # serve a tenant's wire names (default: the contract)
     burst: float | None = None  # token-bucket capacity (default: rate, at least 1)
     lazy: bool = False  # fill clients' holdings on first use (fast start-up; see state.Service)
+    announce_limits: bool = False  # RateLimit-* headers (IETF draft) on every answer, when rate > 0
 
     @classmethod
     def checked(cls, **kw: Any) -> SandboxConfig:
@@ -113,7 +114,7 @@ class SandboxConfig:
         return (
             f"clients={self.clients} stores={self.stores} seed={self.seed} anchor={self.anchor} "
             f"rate={rate} latency_ms={self.latency_ms:g} fault_rate={self.fault_rate:g} "
-            f"drift={self.drift} profile={profile} lazy={self.lazy}"
+            f"drift={self.drift} profile={profile} lazy={self.lazy} announce_limits={self.announce_limits}"
         )
 
 
@@ -127,6 +128,10 @@ class SandboxStats:
     faults: Counter[str] = field(default_factory=Counter)  # by kind, + "write_applied"
     rate_limited: int = 0
     unauthorized: int = 0
+    # Answers per second of the server's monotonic clock, for measuring a client's pace at the
+    # server: requests let through the token bucket, and requests refused with a 429.
+    passed_per_second: Counter[int] = field(default_factory=Counter)
+    refused_per_second: Counter[int] = field(default_factory=Counter)
 
     @property
     def faults_injected(self) -> int:
@@ -141,7 +146,12 @@ class SandboxStats:
             "faults_injected": self.faults_injected,
             "rate_limited": self.rate_limited,
             "unauthorized": self.unauthorized,
+            "passed_per_second": dict(self.passed_per_second),
+            "refused_per_second": dict(self.refused_per_second),
         }
+
+
+STATS_PATH = "/_sandbox/stats"
 
 
 class TokenBucket:
@@ -160,6 +170,15 @@ class TokenBucket:
             self.tokens -= 1
             return 0.0
         return (1 - self.tokens) / self.rate
+
+    def announce(self) -> dict[str, str]:
+        """The bucket as ``RateLimit-*`` headers (IETF draft): ``rate`` per 1 s window."""
+        return {
+            "RateLimit-Limit": f"{self.rate:g}",
+            "RateLimit-Remaining": str(int(self.tokens)),
+            "RateLimit-Reset": str(math.ceil((1 - self.tokens) / self.rate)) if self.tokens < 1 else "0",
+            "RateLimit-Policy": f"{self.rate:g};w=1",
+        }
 
 
 def build_service(config: SandboxConfig) -> Service:
@@ -234,6 +253,9 @@ class SandboxServer:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         stats = self.stats
+        if request.path == STATS_PATH:  # the sandbox's own figures, for benchmarks (no auth: loopback)
+            body = orjson.dumps(stats.as_dict(), option=orjson.OPT_NON_STR_KEYS)
+            return web.Response(body=body, content_type=JSON_TYPE)
         stats.requests += 1
         user = self._authorized(request.headers.get("Authorization"))
         if user is None:
@@ -242,14 +264,23 @@ class SandboxServer:
                 ApiError(401, "unauthorized", "missing or wrong Basic credentials"),
                 {"WWW-Authenticate": 'Basic realm="svcapi"'},
             )
+        limit_headers: dict[str, str] | None = None
         if self.config.rate > 0:
-            wait = self._bucket(user).take()
+            bucket = self._bucket(user)
+            wait = bucket.take()
+            if self.config.announce_limits:
+                limit_headers = bucket.announce()
+            second = int(time.monotonic())
+            if wait > 0:
+                stats.refused_per_second[second] += 1
+            else:
+                stats.passed_per_second[second] += 1
             if wait > 0:
                 stats.rate_limited += 1
                 retry = str(max(1, math.ceil(wait)))
                 return self._error(
                     ApiError(429, "rate_limited", f"rate limit exceeded: retry after {retry}s"),
-                    {"Retry-After": retry},
+                    {"Retry-After": retry, **(limit_headers or {})},
                 )
         route = self.routes.get((request.method, request.path))
         if route is None:
@@ -279,7 +310,7 @@ class SandboxServer:
             stats.faults[fault] += 1
             body = body[: max(1, len(body) // 2)]
         stats.by_status[200] += 1
-        return web.Response(body=body, content_type=JSON_TYPE)
+        return web.Response(body=body, content_type=JSON_TYPE, headers=limit_headers)
 
     async def _answer(self, request: web.BaseRequest, route: _Route) -> bytes:
         ep = route.endpoint

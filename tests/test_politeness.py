@@ -1,0 +1,64 @@
+"""Politeness at the limit against the sandbox's token bucket, over loopback (issue 12).
+
+Not timed: the figures (share of the limit held, share of 429s) live in the benchmark
+(`membersync bench --rate-matrix`). These tests check behaviour: the rate a night finds is
+remembered for the next one, an announced limit is obeyed, and the estimate is the server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from membersync.extract.client import ClientOptions, ServiceClient
+from membersync.flows.nightly import NightRun, SyncOptions, remembered_rate, run_night
+from membersync.warehouse.paths import DataDir
+from test_nightly import settings_for
+
+TODAY = dt.date.today()
+
+
+def test_a_night_remembers_the_rate_it_found_and_the_next_starts_there(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    sandbox = fresh_sandbox(clients=60, seed=8, rate=80.0, burst=4.0)
+    data_dir = DataDir(tmp_path / "data")
+    run_night(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(build=False))
+    found = remembered_rate(data_dir)
+    assert found is not None, "a night that met 429s must remember the rate it found"
+    assert 8.0 < found <= 80.0 * 1.1, found  # near the server's 80/s (accuracy: the rate-matrix bench)
+    run = NightRun(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(build=False))
+    assert run._client_options().initial_rate == found
+    capped = SyncOptions(build=False, client_options=ClientOptions(rate=10.0))
+    run = NightRun(settings_for(sandbox), data_dir, TODAY, options=capped)
+    client = ServiceClient.from_settings(settings_for(sandbox), run._client_options())
+    assert client.rate.rate == 10.0  # MEMBERSYNC_RATE still caps the remembered rate
+
+
+def test_a_malformed_rate_file_is_ignored(tmp_path: Path) -> None:
+    data_dir = DataDir(tmp_path / "data")
+    data_dir.rate_file.parent.mkdir(parents=True)
+    for text in ("{", json.dumps({"rate": "fast"}), json.dumps({"rate": -3}), json.dumps([1])):
+        data_dir.rate_file.write_text(text)
+        assert remembered_rate(data_dir) is None
+
+
+def test_an_announced_limit_is_followed_without_a_429(fresh_sandbox: Callable[..., Any]) -> None:
+    sandbox = fresh_sandbox(clients=30, seed=9, rate=40.0, burst=2.0, announce_limits=True)
+
+    async def go() -> tuple[int, float | None, int]:
+        async with ServiceClient(sandbox.url, "sandbox", "sandbox") as client:
+            numbers: list[str] = []
+            for store in await client.storelist():  # the first answer carries the headers
+                async for page in client.search(storecode=store["storecode"]):
+                    numbers += [c["clientNumber"] for c in page.items]
+            await asyncio.gather(*(client.clientdetails(n) for n in numbers * 3))
+            return client.stats.status_429, client.rate.rate, client.stats.requests
+
+    refused, rate, requests = asyncio.run(go())
+    assert rate is not None and 39.0 <= rate <= 40.0  # the server's 40/s, less 1 %
+    assert refused <= 1, f"{refused} of {requests} answered 429 though the server announced its limit"
