@@ -24,7 +24,6 @@ table names, keys and client numbers only, never a value.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import math
@@ -41,8 +40,9 @@ from membersync.extract.settings import SettingsError
 from membersync.flows import batches as B
 from membersync.models import tables as T
 from membersync.models.coerce import TimezoneLookup
+from membersync.warehouse.atomic import write_json_atomic
 from membersync.warehouse.manifest import Manifest, read_manifests
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.paths import DataDir
 
 AUDITED_TABLES: tuple[str, ...] = (
     "clients",
@@ -402,27 +402,3 @@ def write_report(data_dir: DataDir, result: AuditResult, label: str) -> Path:
     path = audit_report_file(data_dir, label)
     write_json_atomic(path, result.report(label))
     return path
-
-
-def write_json_atomic(path: Path, body: Any) -> None:
-    """Temporary name, fsync, rename; owner-only (0600, folders 0700) whatever the umask."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    os.chmod(path.parent, DIR_MODE)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(json.dumps(body, indent=1, ensure_ascii=False).encode())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

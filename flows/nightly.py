@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import threading
@@ -48,6 +49,7 @@ from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
+from membersync.warehouse.atomic import write_json_atomic
 from membersync.warehouse.paths import DataDir
 
 log = logging.getLogger(__name__)
@@ -353,7 +355,7 @@ class NightRun:
             self.summary.audit = "not run (full night)"
         self.summary.resumed = bool(self.night.resumed)
         self.summary.window = self.window.describe()
-        self.client = ServiceClient.from_settings(self.settings, self.options.client_options)
+        self.client = ServiceClient.from_settings(self.settings, self._client_options())
         await self.client.__aenter__()
         self.progress.attach(lambda: self.client.stats)
         log.info(
@@ -368,8 +370,20 @@ class NightRun:
     async def close(self) -> None:
         if self.client is not None:
             self._collect_stats()
+            remember_rate(self.data_dir, self.client.rate.ceiling)
             await self.client.aclose()
             self.client = None
+
+    def _client_options(self) -> Any:
+        """The client's options, starting from the rate a previous night found (if any)."""
+        from membersync.extract.client import ClientOptions
+
+        options = self.options.client_options or ClientOptions()
+        remembered = remembered_rate(self.data_dir)
+        if remembered is None or options.initial_rate is not None:
+            return options
+        log.info("starting at %.1f requests/s, the rate the server accepted last night", remembered)
+        return replace(options, initial_rate=remembered)
 
     # -- steps ----------------------------------------------------------------------------------------
 
@@ -586,6 +600,27 @@ class NightRun:
             self.summary.status_429 = int(stats.status_429)
             self.summary.errors = int(stats.errors)
             self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
+
+
+def remembered_rate(data_dir: DataDir) -> float | None:
+    """The server's rate a previous night found (``state/rate.json``), or None."""
+    try:
+        body = json.loads(data_dir.rate_file.read_text(encoding="utf-8"))
+        rate = float(body["rate"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return rate if rate > 0 and rate != float("inf") else None
+
+
+def remember_rate(data_dir: DataDir, rate: float | None) -> None:
+    """Keep the server's rate this night found, so the next night starts at it (no probing)."""
+    if rate is None:
+        return
+    body = {"rate": round(rate, 3), "found_at": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"}
+    try:
+        write_json_atomic(data_dir.rate_file, body)
+    except OSError as exc:  # a lost hint costs the next night some probing, nothing else
+        log.warning("could not remember the rate in %s: %s", data_dir.rate_file, exc)
 
 
 class BuildFailed(RuntimeError):

@@ -26,9 +26,7 @@ import csv
 import datetime as dt
 import io
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -36,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.atomic import write_file_atomic
+from membersync.warehouse.paths import DataDir
 from membersync.warehouse.workbook import render_workbook
 
 log = logging.getLogger(__name__)
@@ -270,20 +269,3 @@ def render_csv(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> bytes:
     for row in rows:
         writer.writerow([format_cell(v) for v in row])
     return buffer.getvalue().encode("utf-8-sig")
-
-
-def write_file_atomic(path: Path, content: bytes) -> None:
-    """Write ``content`` to ``path`` whole or not at all (0600), replacing any earlier file."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

@@ -50,6 +50,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from membersync.models.coerce import to_json
 from membersync.models.tables import BY_NAME, QUARANTINE_SCHEMA
+from membersync.warehouse.atomic import (
+    TMP_MARK,
+    fsync_dir,
+    make_dirs,
+    open_new,
+    tmp_name,
+    write_bytes_atomic,
+)
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import (
     Manifest,
@@ -67,7 +75,6 @@ MODES: tuple[str, ...] = ("full", "incremental")
 QUARANTINE_DIR = "_quarantine"  # published like a table, but not one of the landed tables
 QUARANTINE_FILE = "_quarantine.parquet"  # its name inside a staged batch
 COMPRESSION = "zstd"
-TMP_MARK = ".tmp-"  # every temporary name carries it; recover() deletes them
 _BATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _NIGHT_DIR = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _RESERVED_TOP = frozenset({"_manifests", "_staging"})
@@ -106,57 +113,8 @@ class SyncState:
 # --- small file-system helpers (explicit modes, fsync) -------------------------------------------
 
 
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _make_dirs(path: Path, root: Path) -> None:
-    """Create ``path`` (and missing parents below ``root``) owner-only, whatever the umask."""
-    missing = []
-    probe = path
-    while not probe.exists() and probe != root and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, DIR_MODE)
-        os.chmod(folder, DIR_MODE)
-        _fsync_dir(folder.parent)
-
-
-def _open_new(path: Path) -> int:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-    os.fchmod(fd, FILE_MODE)
-    return fd
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Temporary name, fsync, rename over ``path``, fsync the folder; no temp file survives an error."""
-    tmp = _tmp_name(path)
-    try:
-        fd = _open_new(tmp)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-
-
 def _write_parquet(table: pa.Table, path: Path) -> None:
-    fd = _open_new(path)
+    fd = open_new(path)
     with os.fdopen(fd, "wb") as handle:
         pq.write_table(table, handle, compression=COMPRESSION)
         handle.flush()
@@ -310,9 +268,9 @@ class LandingZone:
             _remove(folder)
         run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
         try:
-            _make_dirs(folder / "batches", self.data_dir.root)
+            make_dirs(folder / "batches", self.data_dir.root)
             body = {"run_id": run_id, "mode": mode, "night": night.isoformat()}
-            _write_bytes_atomic(folder / "run.json", json.dumps(body).encode())
+            write_bytes_atomic(folder / "run.json", json.dumps(body).encode())
         except OSError as exc:
             raise LandingWriteError(f"cannot start night {night} in {folder}: {_describe(exc)}") from None
         return Night(self, night, mode, run_id, resumed=False)
@@ -408,12 +366,12 @@ class LandingZone:
                         _remove(entry)
                 if not any(partition.iterdir()):
                     partition.rmdir()
-                    _fsync_dir(top)
+                    fsync_dir(top)
                 elif changed:
-                    _fsync_dir(partition)
+                    fsync_dir(partition)
             if not any(top.iterdir()):
                 top.rmdir()
-                _fsync_dir(landing)
+                fsync_dir(landing)
 
     def _return_to_staging(
         self, entry: Path, table: str, partition: str, pending: Mapping[dt.date, tuple[str, Path]]
@@ -435,7 +393,7 @@ class LandingZone:
         if not (batches / f"{batch}.done").exists() or staged.exists() or not staged.parent.is_dir():
             return False
         os.rename(entry, staged)
-        _fsync_dir(staged.parent)
+        fsync_dir(staged.parent)
         log.info("recover: %s back to staging (run %s not committed)", entry.name, run_id)
         return True
 
@@ -444,8 +402,8 @@ class LandingZone:
         if self._saved_state() == text:
             return
         path = self.data_dir.state_file
-        _make_dirs(path.parent, self.data_dir.root)
-        _write_bytes_atomic(path, text.encode())
+        make_dirs(path.parent, self.data_dir.root)
+        write_bytes_atomic(path, text.encode())
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -453,14 +411,14 @@ class LandingZone:
         root = self.data_dir.root
         if not root.exists():
             root.parent.mkdir(parents=True, exist_ok=True)  # outside the data dir: not ours to chmod
-            _make_dirs(root, root.parent)
+            make_dirs(root, root.parent)
         os.chmod(root, DIR_MODE)
 
     def _ensure_dirs(self) -> None:
         self._ensure_root()
         d = self.data_dir
         for folder in (d.landing, d.manifests, d.staging, d.state_file.parent):
-            _make_dirs(folder, d.root)
+            make_dirs(folder, d.root)
             os.chmod(folder, DIR_MODE)
 
 
@@ -541,7 +499,7 @@ class Night:
         self._check_open("save_discovery")
         body = to_json({"format": 2, "batch_size": batch_size, "clients": clients})
         try:
-            _write_bytes_atomic(self.folder / "discovery.json", body.encode())
+            write_bytes_atomic(self.folder / "discovery.json", body.encode())
         except OSError as exc:
             raise LandingWriteError(
                 f"cannot save discovery of night {self.night}: {_describe(exc)}"
@@ -573,7 +531,7 @@ class Night:
         self._check_open("discard_batch")
         try:
             _remove(self.batches / f"{batch_id}.done")
-            _fsync_dir(self.batches)
+            fsync_dir(self.batches)
             _remove(self.batches / batch_id)
         except OSError as exc:
             raise LandingWriteError(
@@ -600,14 +558,14 @@ class Night:
             quarantine = _conform(quarantine, QUARANTINE_SCHEMA, "quarantine")
         marker = self.batches / f"{batch_id}.done"
         final = self.batches / batch_id
-        tmp = _tmp_name(final)
+        tmp = tmp_name(final)
         try:
             if marker.exists():  # rewriting a done batch: it is not done until rewritten
                 marker.unlink()
-                _fsync_dir(self.batches)
+                fsync_dir(self.batches)
             if final.exists():
                 _remove(final)
-            _make_dirs(tmp, self.zone.data_dir.root)
+            make_dirs(tmp, self.zone.data_dir.root)
             rows: dict[str, int] = {}
             for name, table in typed.items():
                 rows[name] = table.num_rows
@@ -616,13 +574,13 @@ class Night:
             by_table = _count_by_table(quarantine)
             if quarantine is not None and quarantine.num_rows:
                 _write_parquet(quarantine, tmp / QUARANTINE_FILE)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             os.rename(tmp, final)
-            _fsync_dir(self.batches)
+            fsync_dir(self.batches)
             body: dict[str, Any] = {"batch": batch_id, "tables": rows, "quarantine": by_table}
             if clients is not None:
                 body["clients"] = {"count": len(clients), "digest": client_digest(clients)}
-            _write_bytes_atomic(marker, json.dumps(body, sort_keys=True).encode())
+            write_bytes_atomic(marker, json.dumps(body, sort_keys=True).encode())
         except OSError as exc:
             with contextlib.suppress(OSError):
                 _remove(tmp)
@@ -667,7 +625,7 @@ class Night:
                     for name, count in body["quarantine"].items():
                         by_table[name] = by_table.get(name, 0) + count
             for folder in moved_into:
-                _fsync_dir(folder)
+                fsync_dir(folder)
             crashpoint("after_publish")
             manifest = Manifest(
                 snapshot_date=self.night,
@@ -682,7 +640,7 @@ class Night:
                 stats=stats,
             )
             path = manifest_path(self.zone.data_dir.manifests, self.night)
-            _write_bytes_atomic(path, manifest.to_json().encode())
+            write_bytes_atomic(path, manifest.to_json().encode())
         except OSError as exc:
             raise LandingWriteError(
                 f"cannot commit night {self.night} (run {self.run_id}): {_describe(exc)}; "
@@ -708,9 +666,9 @@ class Night:
                 for entry in folder.iterdir():
                     if f"{top.name}/{partition}/{entry.name}" not in keep:
                         _remove(entry)  # the replaced files of an earlier run of this night
-                _fsync_dir(folder)
+                fsync_dir(folder)
             _remove(self.folder)
-            _fsync_dir(zone.data_dir.staging)
+            fsync_dir(zone.data_dir.staging)
         except OSError as exc:
             log.warning(
                 "night %s committed; cleanup incomplete (%s), recover() will finish it", self.night, exc
@@ -718,7 +676,7 @@ class Night:
 
     def _publish(self, staged: Path, published: Path, moved_into: set[Path]) -> None:
         if staged.exists():
-            _make_dirs(published.parent, self.zone.data_dir.root)
+            make_dirs(published.parent, self.zone.data_dir.root)
             os.rename(staged, published)
             moved_into.add(published.parent)
         elif not published.exists():  # neither staged nor moved by an interrupted commit

@@ -49,6 +49,11 @@ class DataDir:
         return self.landing / "_staging"
 
     @property
+    def rate_file(self) -> Path:
+        """The server's rate the last night found (where the next night's client starts)."""
+        return self.state_file.parent / "rate.json"
+
+    @property
     def state_file(self) -> Path:
         return self.root / "state" / "state.json"
 

@@ -1,0 +1,89 @@
+"""The one way membersync publishes a file: whole or not at all, owner-only, durable.
+
+Every writer of the data dir goes through here (the landing zone's markers, discovery and
+manifests, the state files, the report CSVs and workbooks, the audit's queue):
+
+1. write to a temporary name beside the target (it carries :data:`TMP_MARK`, so the landing
+   zone's recovery removes one left by a crash), created 0600 whatever the umask;
+2. ``fsync`` the file, ``rename`` it over the target (atomic on one file system: a reader sees
+   the old file or the new one, never half of one), ``fsync`` the folder (the rename survives a
+   power loss);
+3. on any error, remove the temporary file and raise: nothing half-written is left.
+
+Folders are created 0700 (:func:`make_dirs`). The warehouse's DuckDB file is published by a
+rename of the same kind in :mod:`membersync.warehouse.build`, since DuckDB writes it itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from membersync.warehouse.paths import DIR_MODE, FILE_MODE
+
+TMP_MARK = ".tmp-"  # every temporary name carries it; the landing zone's recover() deletes them
+
+
+def tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: Path, root: Path | None = None) -> None:
+    """Create ``path`` and its missing parents (below ``root``, when given) owner-only (0700)."""
+    missing = []
+    probe = path
+    while not probe.exists() and probe != root and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, DIR_MODE)
+        os.chmod(folder, DIR_MODE)
+        fsync_dir(folder.parent)
+
+
+def open_new(path: Path) -> int:
+    """A new file opened for writing, 0600 whatever the umask; fails if it exists."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    return fd
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Publish ``data`` at ``path`` (see the module's three steps); the folder must exist."""
+    tmp = tmp_name(path)
+    try:
+        fd = open_new(tmp)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """:func:`write_bytes_atomic`, creating the folder (0700) first when it is missing."""
+    make_dirs(path.parent)
+    write_bytes_atomic(path, data)
+
+
+def write_json_atomic(path: Path, body: Any) -> None:
+    """``body`` as JSON text (UTF-8), published with :func:`write_file_atomic`."""
+    write_file_atomic(path, json.dumps(body, indent=1, ensure_ascii=False).encode())
