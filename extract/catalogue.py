@@ -260,6 +260,14 @@ WRITE_ENDPOINTS: tuple[Endpoint, ...] = (
 ENDPOINTS: tuple[Endpoint, ...] = (*CONFIG_ENDPOINTS, *CLIENT_READ_ENDPOINTS, SEARCH, *WRITE_ENDPOINTS)
 BY_NAME: dict[str, Endpoint] = {e.name: e for e in ENDPOINTS}
 
+# Fields of the service's records and write bodies whose values are secrets (processor
+# credentials, card and bank tokens, user passwords): declared once here, they never land
+# (models.tables keeps them out of every table and of ``extra``) and are masked in every log
+# line and error text (extract.redact), whatever record they appear in.
+SECRET_FIELDS: frozenset[str] = frozenset(
+    {"username", "password", "newPassword", "apiKey", "tokenId", "vaultToken", "accountNo", "routingNo"}
+)
+
 # Enumerations of the contract (compare case-insensitively; unknown values are kept verbatim).
 MEMBERSHIP_STATUSES = ("Active", "Frozen", "OnHold", "Canceled", "Expired")
 TRANSACTION_TYPES = ("R", "P", "M", "1", "G")

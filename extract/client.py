@@ -142,7 +142,7 @@ _E = catalogue.BY_NAME
 _JSON_HEADERS = {"Content-Type": "application/json"}
 _ANNOUNCE_PROBE = 20  # answers without RateLimit-* headers before we stop looking (but on 429s)
 # Body fields whose values a server's error message must never echo into our error text.
-_SECRET_BODY_FIELDS = frozenset(redact.SECRET_FIELD_NAMES) | {"username"}
+_SECRET_BODY_FIELDS = frozenset(redact.SECRET_FIELD_NAMES)
 _NESTED_RECORDS = catalogue.NESTED_RECORDS
 _ANSWER_RECORDS = catalogue.ANSWER_RECORDS
 

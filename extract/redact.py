@@ -23,6 +23,8 @@ import re
 import threading
 from urllib.parse import quote, quote_plus
 
+from membersync.extract import catalogue
+
 MASK = "***"
 
 # Loggers of the HTTP stack (and ours). Children are listed because logger filters do not
@@ -49,16 +51,9 @@ LOGGER_NAMES = (
 )
 _PREFIXES = ("httpx", "httpcore", "hpack", "aiohttp", "membersync")
 
-SECRET_FIELD_NAMES = (
-    "password",
-    "newPassword",
-    "apiKey",
-    "tokenId",
-    "vaultToken",
-    "accountNo",
-    "routingNo",
-    "authorization",
-)
+# Names whose value is masked wherever ``name: value`` or ``name=value`` shows in a log line:
+# the catalogue's secret fields, and the Authorization header.
+SECRET_FIELD_NAMES: tuple[str, ...] = (*sorted(catalogue.SECRET_FIELDS), "authorization")
 
 _PATTERNS = (
     # Authorization header in any rendering: "Authorization: Basic x", (b'authorization', b'Basic x')

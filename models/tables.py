@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
+from membersync.extract import catalogue
 
 ColumnKind = Literal["id", "text", "enum", "money", "int", "bool", "date", "local_ts", "utc_ts", "text_list"]
 Scope = Literal["config", "current", "event"]
@@ -51,10 +52,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 }
 
 # Fields that never land, in any table, under any name we know of (allowlists keep them
-# out; this list is what the tests hunt for and what extra never carries).
-SECRET_FIELDS: frozenset[str] = frozenset(
-    {"username", "password", "apiKey", "tokenId", "vaultToken", "accountNo", "routingNo", "newPassword"}
-)
+# out; this set is what the tests hunt for and what extra never carries). Declared once, in
+# the catalogue.
+SECRET_FIELDS: frozenset[str] = catalogue.SECRET_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
