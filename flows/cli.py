@@ -175,12 +175,23 @@ def demo(
 def reports(
     date: Annotated[str | None, typer.Option(help="night to export (default: newest committed)")] = None,
     report: Annotated[list[str] | None, typer.Option(help="only these reports (repeatable)")] = None,
+    full_refresh: Annotated[
+        bool, typer.Option("--full-refresh", help="rebuild every night (default: only the nights not built)")
+    ] = False,
 ) -> None:
-    """Rebuild the warehouse and the CSVs from the landing zone (no call to the service)."""
+    """Build the warehouse (the committed nights it lacks) and export the CSVs (no call to the service)."""
     from membersync.warehouse.cli import run_reports_cli
 
     night = guarded(lambda: parse_date(date))
-    raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None)))
+    raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None, full_refresh=full_refresh)))
+
+
+@app.command()
+def docs() -> None:
+    """Generate dbt's documentation site of the warehouse (static files in the data dir)."""
+    from membersync.warehouse.cli import run_docs_cli
+
+    raise typer.Exit(guarded(run_docs_cli))
 
 
 # A query may start with an SQL comment (`-- note`): unknown "options" are kept as the argument.

@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 SQL_DIR = dbt_run.SQL_DIR
 LAYERS = ("staging", "marts", "reports")
 TMP_PREFIX = "warehouse.duckdb.building-"
+# dbt runs independent models and tests side by side: its own per-node overhead is most of a
+# small night's build, and DuckDB works outside the GIL (measured: see README, Benchmarks).
+DBT_THREADS = int(os.environ.get("MEMBERSYNC_DBT_THREADS", "4"))
 SCRATCH_PREFIX = "scratch-"
 # The published state an incremental build continues from (dbt source `prior`).
 PRIOR_TABLES = (
@@ -69,7 +72,7 @@ PRIOR_TABLES = (
 
 
 # When several tests fail, the error names the first of these kinds (a broken key explains the rest).
-TEST_PRIORITY = {"not_null": 0, "unique_combination": 1, "accepted_values": 2, "references": 3}
+TEST_PRIORITY = {"not_null_key": 0, "unique_combination": 1, "accepted_values": 2, "references": 3}
 
 
 class BuildError(RuntimeError):
@@ -149,8 +152,9 @@ class _Plan:
     full_refresh: bool
     reason: str
     fingerprint: str
-    prior_parts: list[cat.Part]
+    prior_parts: list[cat.Part]  # what an incremental build continues from (none: full refresh)
     prior_newest: dt.date | None
+    published_parts: list[cat.Part]  # the replaced catalog's: a reader may hold it, they stay
 
 
 def committed_nights(data_dir: DataDir) -> list[dt.date]:
@@ -250,7 +254,7 @@ def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refr
     every_night = sorted(ours)
 
     def full(reason: str) -> _Plan:
-        return _Plan(manifests, every_night, True, reason, fingerprint, [], None)
+        return _Plan(manifests, every_night, True, reason, fingerprint, [], None, parts)
 
     if full_refresh:
         return full("full refresh asked")
@@ -265,7 +269,7 @@ def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refr
     new = [d for d in every_night if d not in published]
     if any(d < newest for d in new):
         return full("a night older than the newest built one was committed")
-    return _Plan(manifests, new, False, "incremental", fingerprint, parts, newest)
+    return _Plan(manifests, new, False, "incremental", fingerprint, parts, newest, parts)
 
 
 def _newer_nights(published: Mapping[dt.date, str], ours: Mapping[dt.date, str]) -> list[dt.date]:
@@ -308,7 +312,7 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
         _write_catalog(tmp, data_dir, plan, files, parts, run, relations, project)
         crashpoint("during_warehouse_build")
         _publish(tmp, data_dir.warehouse_db, {m.snapshot_date: m.committed_at for m in plan.manifests})
-        removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.prior_parts]])
+        removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.published_parts]])
         if removed:
             log.info("removed %d part(s) no catalog names any more", removed)
     finally:
@@ -397,7 +401,7 @@ def _run_dbt(
     # anew costs seconds. The profile names the scratch database, so it is written per build.
     state_dir = cat.warehouse_dir(data_dir) / "dbt"
     dbt_run.reset_cache_for(state_dir, project)
-    dbt_run.write_profile(scratch_dir, scratch)
+    dbt_run.write_profile(scratch_dir, scratch, threads=DBT_THREADS)
     run = dbt_run.run_build(project, scratch_dir, state_dir, {"incremental": not plan.full_refresh})
     if not run.nodes and not run.success:
         raise BuildCheckError("dbt", "parses", run.error or f"dbt failed; see {run.log_file}")
@@ -411,6 +415,13 @@ def _raise_first_failure(
     for node in run.models():
         if node.status in ("error", "runtime error"):
             raise BuildCheckError(node.relation, "builds", node.message)
+        if node.storage not in cat.STORAGES:
+            raise BuildCheckError(
+                node.relation,
+                "storage",
+                f"meta.storage is {node.storage or 'not set'!r} in its YAML: say how its rows are kept "
+                f"({', '.join(cat.STORAGES)}; see sql/dbt_project.yml)",
+            )
     failed = [t for t in run.tests() if t.status in ("fail", "error", "warn")]
     # The most telling first: a broken key explains the failures of the tests that follow from it.
     failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name, len(TEST_PRIORITY)))

@@ -43,8 +43,11 @@ def _data_dir() -> DataDir:
     return data_dir
 
 
-def run_reports_cli(night: dt.date | None, reports: list[str] | None) -> int:
-    """Rebuild the warehouse from the landing zone (no call to the service), then export the CSVs."""
+def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_refresh: bool = False) -> int:
+    """Build the warehouse from the landing zone (no call to the service), then export the CSVs.
+
+    The build adds the committed nights the warehouse lacks; ``full_refresh`` rebuilds them all.
+    """
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False)
     try:
@@ -61,7 +64,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None) -> int:
         # Every writer of the warehouse holds the data dir's lock: a build racing a sync could
         # otherwise publish an older warehouse over the one the sync just built.
         with LandingZone(data_dir).lock():
-            result = build_warehouse(data_dir)
+            result = build_warehouse(data_dir, full_refresh=full_refresh)
             paths = export_reports(data_dir, night, names)
     except AlreadyRunning as exc:
         err.print(
@@ -75,14 +78,38 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None) -> int:
     except BuildError as exc:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 1
-    out.print(
-        f"warehouse {result.path} built from {len(result.nights)} night(s), {result.checks} checks passed",
-        soft_wrap=True,
-    )
+    if result.built_nights:
+        how = "rebuilt whole" if result.full_refresh else "built incrementally"
+        out.print(
+            f"warehouse {result.path}: {len(result.nights)} night(s), {len(result.built_nights)} {how}, "
+            f"{result.checks} dbt tests passed",
+            soft_wrap=True,
+        )
+    else:
+        out.print(f"warehouse {result.path}: {len(result.nights)} night(s), up to date", soft_wrap=True)
     for where, values in result.others.items():
         err.print(f"[yellow]note:[/] {where}: {sum(values.values())} row(s) counted as other", soft_wrap=True)
     for path in paths:
         out.print(str(path), soft_wrap=True)
+    return 0
+
+
+def run_docs_cli() -> int:
+    """Generate dbt's docs site of the warehouse under the data dir and say where it is."""
+    from membersync.warehouse.docs import DocsError, generate_docs
+
+    data_dir = _data_dir()
+    try:
+        # No lock: the docs read a copy of the published catalog, which a build swaps atomically.
+        page = generate_docs(data_dir)
+    except DocsError as exc:
+        raise _usage_error(str(exc)) from None
+    out = Console(highlight=False)
+    out.print(f"docs site: {page} (open it in a browser; one file, no server needed)", soft_wrap=True)
+    out.print(
+        f"for a web server: {page.with_name('index.html')} with manifest.json and catalog.json",
+        soft_wrap=True,
+    )
     return 0
 
 

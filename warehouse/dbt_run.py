@@ -81,13 +81,24 @@ def write_profile(folder: Path, database: Path, threads: int = 1) -> None:
 
 def run_build(project_dir: Path, profiles_dir: Path, state_dir: Path, variables: Mapping[str, Any]) -> DbtRun:
     """``dbt build`` of the whole project with ``variables``; every node's outcome."""
+    return run(["build"], project_dir, profiles_dir, state_dir, variables)
+
+
+def run(
+    command: Sequence[str],
+    project_dir: Path,
+    profiles_dir: Path,
+    state_dir: Path,
+    variables: Mapping[str, Any],
+) -> DbtRun:
+    """A dbt command in this process; its target and logs under ``state_dir``, nothing printed."""
     from dbt.adapters.duckdb import DuckDBConnectionManager
     from dbt.cli.main import dbtRunner
 
     os.environ.update(QUIET_ENV)
     target, logs = state_dir / "target", state_dir / "logs"
     args = [
-        "build",
+        *command,
         "--project-dir",
         str(project_dir),
         "--profiles-dir",
@@ -112,7 +123,7 @@ def run_build(project_dir: Path, profiles_dir: Path, state_dir: Path, variables:
         # dbt-duckdb keeps its connection for the next invocation; the build reads the scratch
         # database next and deletes it, so let go of it now.
         DuckDBConnectionManager.close_all_connections()
-    nodes = [_node(r) for r in getattr(outcome.result, "results", None) or []]
+    nodes = [_node(r) for r in getattr(outcome.result, "results", None) or [] if hasattr(r, "node")]
     error = "" if outcome.exception is None else _first_lines(str(outcome.exception))
     return DbtRun(bool(outcome.success), nodes, error, logs / "dbt.log")
 
@@ -155,7 +166,7 @@ def reset_cache_for(state_dir: Path, project_dir: Path) -> None:
 
 def model_yaml(project_dir: Path) -> list[dict[str, Any]]:
     """Every model's YAML entry (name, description, config.meta, columns), read without dbt."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     out = []
     for path in sorted(project_dir.glob("*/_*.yml")):
@@ -174,6 +185,8 @@ def describe_test(node: Node, relations: Mapping[str, str]) -> str:
     kwargs = node.test_kwargs
     if node.test_name == "unique_combination":
         return f"unique({', '.join(kwargs.get('columns', []))})"
+    if node.test_name == "not_null_key":
+        return f"not_null({', '.join(kwargs.get('columns', []))})"
     if node.test_name == "references":
         target = str(kwargs.get("to", ""))
         for unique_id, relation in relations.items():

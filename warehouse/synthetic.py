@@ -35,7 +35,7 @@ CENT = Decimal("0.01")
 
 
 @dataclass
-class _Sale:
+class Sale:
     receipt: str
     when: dt.datetime
     storecode: str
@@ -44,14 +44,14 @@ class _Sale:
 
 
 @dataclass
-class _Client:
+class Client:
     number: str
     store: str
     is_eft: bool
     status: str
     balance: Decimal
     points: int
-    sales: list[_Sale] = field(default_factory=list)
+    sales: list[Sale] = field(default_factory=list)
     points_events: list[tuple[str, dt.datetime, int]] = field(default_factory=list)
     last_modified: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -64,9 +64,9 @@ class History:
         self.receipts = 0
         self.clients = [self._new_client(i) for i in range(1, clients + 1)]
 
-    def _new_client(self, i: int) -> _Client:
+    def _new_client(self, i: int) -> Client:
         rng = self.rng
-        client = _Client(
+        client = Client(
             number=f"{i:06d}",
             store=STORES[i % len(STORES)],
             is_eft=rng.random() < 0.7,
@@ -78,7 +78,7 @@ class History:
             self._sell(client, FIRST_NIGHT - dt.timedelta(days=rng.randint(1, 365)))
         return client
 
-    def _sell(self, client: _Client, day: dt.date) -> None:
+    def _sell(self, client: Client, day: dt.date) -> None:
         rng = self.rng
         self.receipts += 1
         when = dt.datetime.combine(day, dt.time(rng.randint(8, 20), rng.randint(0, 59)))
@@ -86,10 +86,10 @@ class History:
             (rng.choice(LINE_TYPES), rng.randint(1, 3), Decimal(rng.randint(100, 15000)) * CENT)
             for _ in range(rng.randint(1, 3))
         ]
-        client.sales.append(_Sale(f"R{self.receipts:09d}", when, client.store, "Saved", lines))
+        client.sales.append(Sale(f"R{self.receipts:09d}", when, client.store, "Saved", lines))
         client.points_events.append((f"P{self.receipts:09d}", when, rng.randint(1, 50)))
 
-    def change(self, client: _Client, night: dt.date) -> None:
+    def change(self, client: Client, night: dt.date) -> None:
         """One day's change of a client (it is then synced that night)."""
         rng = self.rng
         roll = rng.random()
@@ -103,7 +103,7 @@ class History:
         client.points += rng.randint(-20, 40)
         client.last_modified = dt.datetime.combine(night, dt.time(1, 0), tzinfo=dt.UTC)
 
-    def night_rows(self, night: dt.date, synced: list[_Client]) -> dict[str, list[dict[str, Any]]]:
+    def night_rows(self, night: dt.date, synced: list[Client]) -> dict[str, list[dict[str, Any]]]:
         rows: dict[str, list[dict[str, Any]]] = {
             "stores": [
                 {"storecode": s, "name": s.strip().title(), "timezone": "America/New_York", "active": True}
@@ -117,7 +117,7 @@ class History:
         return rows
 
 
-def _client_rows(c: _Client) -> dict[str, list[dict[str, Any]]]:
+def _client_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
     n = c.number
     i = int(n)
     sales_rows = [
@@ -225,19 +225,24 @@ def generate(
         if index == 0:
             synced = history.clients
         else:
-            synced = sorted(
-                history.rng.sample(history.clients, max(1, round(rate * clients))), key=lambda c: c.number
-            )
+            synced = history.rng.sample(history.clients, max(1, round(rate * clients)))
             for client in synced:
                 history.change(client, night)
-        write_night(
-            data_dir,
-            night,
-            history.night_rows(night, synced),
-            mode="full" if index == 0 else "incremental",
-            watermark=f"{night.isoformat()}T01:00:00Z",
-        )
+        land_night(data_dir, history, night, synced, full=index == 0)
     return history
+
+
+def land_night(
+    data_dir: DataDir, history: History, night: dt.date, synced: list[Client], *, full: bool
+) -> None:
+    """Land one night: ``synced`` clients with their whole state, through the real landing zone."""
+    write_night(
+        data_dir,
+        night,
+        history.night_rows(night, sorted(synced, key=lambda c: c.number)),
+        mode="full" if full else "incremental",
+        watermark=f"{night.isoformat()}T01:00:00Z",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

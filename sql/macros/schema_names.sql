@@ -1,6 +1,13 @@
-{#- Schemas are the layers themselves (staging, marts, reports), not <target>_<layer>. -#}
+{#- Schemas are the layers themselves (staging, marts, reports), not <target>_<layer>: the schema
+    the model's YAML names, else its folder. -#}
 {% macro generate_schema_name(custom_schema_name, node) -%}
-    {{ custom_schema_name if custom_schema_name else target.schema }}
+    {%- if custom_schema_name -%}
+        {{ custom_schema_name | trim }}
+    {%- elif node is not none and node.original_file_path and '/' in node.original_file_path -%}
+        {{ node.original_file_path.split('/')[0] }}
+    {%- else -%}
+        {{ target.schema }}
+    {%- endif -%}
 {%- endmacro %}
 
 {#- Staging models are named stg_<table> (dbt names are unique across layers: staging.transactions

@@ -1,0 +1,148 @@
+"""The incremental build (issue 10): each night built on its own equals a full refresh, byte for
+byte, after late corrections; a SIGKILL anywhere in a build leaves the previous warehouse whole.
+
+The nights come from the synthetic history (real landing code, no HTTP). The late correction is
+made on purpose, not left to chance: a sale from before the first night is voided on night 3 and
+its client synced that night, and the test checks the correction really changed a report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from membersync.warehouse.build import TMP_PREFIX, build_warehouse
+from membersync.warehouse.catalog import parts_dir, warehouse_dir
+from membersync.warehouse.export import REPORT_NAMES, export_reports
+from membersync.warehouse.paths import DataDir
+from membersync.warehouse.synthetic import FIRST_NIGHT, History, Sale, land_night
+
+CLIENTS = 40
+NIGHTS = 4
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _night(index: int) -> dt.date:
+    return FIRST_NIGHT + dt.timedelta(days=index)
+
+
+def _old_sale(history: History) -> Sale:
+    """The sale the test voids on night 2: one from before the first night, still saved."""
+    return next(
+        s for c in history.clients for s in c.sales if s.when.date() < FIRST_NIGHT and s.status == "Saved"
+    )
+
+
+def _land(data_dir: DataDir, history: History, index: int, late_void: Sale) -> None:
+    """Land night ``index`` (0: every client); night 2 also voids ``late_void`` (a late correction)."""
+    night = _night(index)
+    if index == 0:
+        land_night(data_dir, history, night, history.clients, full=True)
+        return
+    synced = history.rng.sample(history.clients, 8)
+    for client in synced:
+        history.change(client, night)
+    if index == 2:
+        late_void.status = "Voided"
+        owner = next(c for c in history.clients if late_void in c.sales)
+        synced = [c for c in synced if c is not owner] + [owner]  # the vendor changed the client
+    land_night(data_dir, history, night, synced, full=False)
+
+
+def _exports(data_dir: DataDir) -> dict[str, bytes]:
+    """Every report of every night (CSVs and workbooks), as bytes."""
+    out = {}
+    for index in range(NIGHTS):
+        for path in export_reports(data_dir, _night(index)):
+            out[path.name] = path.read_bytes()
+    return out
+
+
+def _revenue_of_day(data_dir: DataDir, day: dt.date) -> list[tuple]:
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        return con.execute(
+            "SELECT storecode, type, transactions, amount FROM reports.revenue_by_store_day "
+            "WHERE business_date = ? ORDER BY ALL",
+            [day],
+        ).fetchall()
+
+
+def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -> None:
+    data_dir = DataDir(tmp_path / "data")
+    history = History(CLIENTS, seed=11)
+    late_void = _old_sale(history)
+    day = late_void.when.date()
+    revenue = {}
+    for index in range(NIGHTS):
+        _land(data_dir, history, index, late_void)
+        result = build_warehouse(data_dir)
+        # Each night after the first is built on its own, continuing from the published state.
+        assert result.built_nights == (_night(index),)
+        assert result.full_refresh == (index == 0)
+        assert result.checks > 100
+        revenue[index] = _revenue_of_day(data_dir, day)
+    # Not by coincidence: the late void changed the revenue of a day long before night 2.
+    assert revenue[1] != revenue[2] and revenue[2] == revenue[3]
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        status = con.execute(
+            "SELECT status FROM marts.transactions WHERE receipt_number = ?", [late_void.receipt]
+        ).fetchall()
+    assert status == [("voided",)]
+    incremental = _exports(data_dir)
+    assert len(incremental) == NIGHTS * (len(REPORT_NAMES) + 1)
+
+    result = build_warehouse(data_dir, full_refresh=True)
+    assert result.full_refresh and result.built_nights == tuple(_night(i) for i in range(NIGHTS))
+    full = _exports(data_dir)
+    assert full.keys() == incremental.keys()
+    different = sorted(name for name in full if full[name] != incremental[name])
+    assert not different, f"incremental and full refresh differ: {different}"
+
+
+CRASHER = (
+    "import sys, pathlib\n"
+    "from membersync.warehouse.build import build_warehouse\n"
+    "from membersync.warehouse.paths import DataDir\n"
+    "build_warehouse(DataDir(pathlib.Path(sys.argv[1])))\n"
+)
+
+
+@pytest.mark.parametrize("nth", [1, 20])
+def test_sigkill_during_a_build_leaves_the_previous_warehouse_whole(tmp_path: Path, nth: int) -> None:
+    """Killed right after dbt ran (1), or while the parts are written (20)."""
+    data_dir = DataDir(tmp_path / "data")
+    history = History(CLIENTS, seed=3)
+    late_void = _old_sale(history)
+    _land(data_dir, history, 0, late_void)
+    build_warehouse(data_dir)
+    before = data_dir.warehouse_db.read_bytes()
+    reports_before = {p.name: p.read_bytes() for p in export_reports(data_dir)}
+    _land(data_dir, history, 1, late_void)
+
+    env = {**os.environ, "MEMBERSYNC_CRASH_AT": f"during_warehouse_build:{nth}"}
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(data_dir.root)], env=env, cwd=REPO)
+    assert proc.wait(timeout=300) == -9
+    # The previous warehouse, whole: the same file, and it answers as before.
+    assert data_dir.warehouse_db.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in export_reports(data_dir)} == reports_before
+    left = list(warehouse_dir(data_dir).glob("scratch-*"))
+    assert left, "the killed build left its scratch database (so the kill was mid-build)"
+    killed = [p for p in parts_dir(data_dir).glob("*/*.parquet") if f"-{proc.pid}-" in p.name]
+    assert killed if nth == 20 else not killed
+
+    # The next build finishes the night and clears what the killed one left.
+    result = build_warehouse(data_dir)
+    assert result.built_nights == (_night(1),) and not result.full_refresh
+    assert not list(data_dir.root.glob(f"{TMP_PREFIX}*"))
+    assert not list(warehouse_dir(data_dir).glob("scratch-*"))
+    assert not [p for p in parts_dir(data_dir).glob("*/*.parquet") if f"-{proc.pid}-" in p.name]
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        named = {r[0] for r in con.execute("SELECT path FROM meta.parts").fetchall()}
+        nights = con.execute("SELECT count(*) FROM marts.nights").fetchone()
+    assert named <= {str(p) for p in parts_dir(data_dir).glob("*/*.parquet")}
+    assert nights == (2,)
