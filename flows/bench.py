@@ -20,6 +20,7 @@ request counts (``ClientStats``) as one JSON line. Scenarios:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime as dt
 import json
@@ -411,6 +412,87 @@ def _rate_markdown(cells: list[RateCell]) -> str:
     lines.append("")
     lines.append(f"{met} of {len(cells)} cells at >= 95 % of the limit with < 1 % answered 429.")
     return "\n".join(lines) + "\n"
+
+
+# --- the cost of exact history: whole histories against the window -----------------------------------
+
+
+def run_history_cost(clients: int, change_share: float = 0.05) -> int:
+    """``membersync bench --history-cost``: one full night, ~5 % of clients changed over HTTP,
+    then the next night twice from copies of the same data dir: whole histories (the default)
+    and the window (``MEMBERSYNC_WHOLE_HISTORY=off``). Requests and bytes of each."""
+    import asyncio
+    import shutil
+
+    from membersync.extract.client import ServiceClient
+    from membersync.extract.settings import ServiceSettings
+    from membersync.flows.nightly import SyncOptions, run_night
+    from membersync.warehouse.paths import DataDir
+    from pydantic import SecretStr
+
+    today = dt.date.today()
+    with sandbox_process(clients) as url, tempfile.TemporaryDirectory(prefix="membersync-history-") as tmp:
+        settings = ServiceSettings(url, SecretStr(USERNAME), SecretStr(PASSWORD))
+        first = DataDir(Path(tmp) / "whole")
+        err.print(f"[bold]history cost[/], {clients:,} clients: the full night ...")
+        full = run_night(settings, first, today - dt.timedelta(days=1), options=SyncOptions(build=False))
+        changed = asyncio.run(_change_clients(ServiceClient(url, USERNAME, PASSWORD), change_share))
+        windowed_dir = DataDir(Path(tmp) / "window")
+        shutil.copytree(first.root, windowed_dir.root)
+        rows = []
+        for label, data_dir, whole in (
+            ("whole histories", first, True),
+            ("window of 7 days", windowed_dir, False),
+        ):
+            err.print(f"  the next night, {label} ...")
+            night = run_night(
+                settings, data_dir, today, options=SyncOptions(build=False, whole_history=whole)
+            )
+            rows.append((label, night))
+    table = Table(
+        title=f"the next night after {changed:,} of {clients:,} clients changed", title_justify="left"
+    )
+    for column in ("history", "clients synced", "requests", "MB received", "bytes per client"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        "(the full night)", f"{full.clients:,}", f"{full.requests:,}", f"{full.bytes_received / 1e6:,.1f}", ""
+    )
+    for label, night in rows:
+        table.add_row(
+            label,
+            f"{night.clients:,}",
+            f"{night.requests:,}",
+            f"{night.bytes_received / 1e6:,.2f}",
+            f"{night.bytes_received / max(night.clients, 1):,.0f}",
+        )
+    out.print(table)
+    return 0
+
+
+async def _change_clients(client: Any, share: float) -> int:
+    """A comment on ``share`` of the clients (each a write that moves lastModified)."""
+    import random
+
+    async with client:
+        stores = await client.storelist()
+        numbers: list[tuple[str, str]] = []
+        employees: dict[str, str] = {}
+        for store in stores:
+            code = store["storecode"]
+            staff = await client.employees(storecode=code)
+            if staff:
+                employees[code] = staff[0]["empNo"]
+            async for page in client.search(storecode=code):
+                numbers += [(c["clientNumber"], code) for c in page.items]
+        picked = random.Random(7).sample(numbers, max(1, int(len(numbers) * share)))
+        await asyncio.gather(
+            *(
+                client.insert_comment(clientNumber=n, empNo=employees[code], text="history cost")
+                for n, code in picked
+                if code in employees
+            )
+        )
+        return len(picked)
 
 
 def sandbox_only_bench(clients: list[int]) -> int:

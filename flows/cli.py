@@ -257,10 +257,15 @@ def bench(
     latencies: Annotated[str, typer.Option(help="rate matrix: latencies in ms")] = "0,20,200",
     seconds: Annotated[float, typer.Option(help="rate matrix: seconds of each night")] = 20.0,
     markdown: Annotated[str | None, typer.Option(help="rate matrix: also write a markdown table")] = None,
+    history_cost: Annotated[
+        bool, typer.Option("--history-cost", help="requests and bytes: whole histories vs the window")
+    ] = False,
 ) -> None:
     """Measure throughput, CPU per request and peak memory; print the figures."""
-    from membersync.flows.bench import run_bench_cli, run_rate_matrix
+    from membersync.flows.bench import run_bench_cli, run_history_cost, run_rate_matrix
 
+    if history_cost:
+        raise typer.Exit(run_history_cost((clients or [10_000])[0]))
     if rate_matrix:
         numbers = guarded(lambda: _numbers(rates, "--rates") + _numbers(latencies, "--latencies"))
         split = len(rates.split(","))

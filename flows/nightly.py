@@ -155,6 +155,7 @@ class RunSummary:
     status_429: int = 0
     errors: int = 0
     by_status: dict[str, int] = field(default_factory=dict)  # HTTP answers by status
+    bytes_received: int = 0  # bodies of the HTTP answers
     duration_s: float = 0.0
     cpu_s: float = 0.0
     watermark: str | None = None
@@ -187,6 +188,7 @@ class RunSummary:
             "retries": self.retries,
             "status_429": self.status_429,
             "errors": self.errors,
+            "bytes_received": self.bytes_received,
             "duration_s": round(self.duration_s, 3),
             "cpu_s": round(self.cpu_s, 3),
             "batches": self.batches,
@@ -600,6 +602,7 @@ class NightRun:
             self.summary.status_429 = int(stats.status_429)
             self.summary.errors = int(stats.errors)
             self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
+            self.summary.bytes_received = int(stats.bytes)
 
 
 def remembered_rate(data_dir: DataDir) -> float | None:
