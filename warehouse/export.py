@@ -60,6 +60,11 @@ def _frozen_rate(totals: dict[str, Any]) -> Decimal | None:
     return (Decimal(frozen) / Decimal(active + frozen)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
 
 
+_ROLL_FORWARD = ("opening_active", "new", "reactivated", "frozen", "canceled", "expired", "closing_active")
+# The monthly reports' file of a night: every month up to the night's (the current one to date).
+_MONTHS_UP_TO_THE_NIGHT = "month <= date_trunc('month', CAST(? AS DATE))"
+
+
 @dataclass(frozen=True)
 class TotalRow:
     """How a store report's TOTAL row is made: sums, and ratios recomputed from the sums."""
@@ -76,6 +81,7 @@ class Report:
     per_night: bool = True  # False: the whole history up to the night (business_date <= night)
     total: TotalRow | None = None
     sheet: str = ""  # the workbook's sheet title (at most 31 characters, Excel's limit)
+    where: str = ""  # the rows of the night when not per_night's (one ``?``: the night)
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,67 @@ REPORTS: dict[str, Report] = {
             sheet="Membership status daily",
         ),
         Report("top_debtors", "storecode, balance DESC, client_number", sheet="Top debtors"),
+        Report(
+            "balance_aging_by_store",
+            "storecode",
+            total=TotalRow(
+                (
+                    "clients_owing",
+                    "amount_owed",
+                    "owed_0_29",
+                    "owed_30_59",
+                    "owed_60_89",
+                    "owed_90_plus",
+                    "clients_90_plus",
+                )
+            ),
+            sheet="Balance aging",
+        ),
+        Report(
+            "membership_roll_forward",
+            "storecode",
+            total=TotalRow(_ROLL_FORWARD),
+            sheet="Membership roll-forward",
+        ),
+        Report(
+            "membership_roll_forward_monthly",
+            "month, storecode",
+            sheet="Membership roll-forward month",
+            where=_MONTHS_UP_TO_THE_NIGHT,
+        ),
+        Report(
+            "mrr_by_store",
+            "storecode",
+            total=TotalRow(
+                ("previous_mrr", "new", "reactivated", "expansion", "contraction", "churned", "paused", "mrr")
+            ),
+            sheet="MRR by store",
+        ),
+        Report(
+            "churn_by_store_month",
+            "month, storecode",
+            sheet="Churn by store and month",
+            where=_MONTHS_UP_TO_THE_NIGHT,
+        ),
+        Report(
+            "store_scorecard",
+            "storecode",
+            total=TotalRow(
+                tuple(
+                    f"{figure}{when}"
+                    for figure in (
+                        "active_members",
+                        "frozen_memberships",
+                        "mrr",
+                        "amount_owed",
+                        "owed_90_plus",
+                        "revenue_7d",
+                    )
+                    for when in ("", "_week_ago", "_month_ago")
+                )
+            ),
+            sheet="Store scorecard",
+        ),
     )
 }
 REPORT_NAMES: tuple[str, ...] = tuple(REPORTS)
@@ -194,7 +261,7 @@ def export_reports(
 
 def read_report(con: duckdb.DuckDBPyConnection, report: Report, night: dt.date) -> ReportTable:
     """The report's header, column types and rows for the night, in export order, with its TOTAL row."""
-    where = "snapshot_date = ?" if report.per_night else "business_date <= ?"
+    where = report.where or ("snapshot_date = ?" if report.per_night else "business_date <= ?")
     cursor = con.execute(
         f"SELECT * FROM reports.{report.name} WHERE {where} ORDER BY {report.order_by}", [night]
     )
@@ -211,7 +278,9 @@ def total_row(header: list[str], rows: list[list[Any]], spec: TotalRow, night: d
     sums: dict[str, Any] = {}
     for column in spec.sums:
         i = header.index(column)
-        sums[column] = sum((r[i] for r in rows if r[i] is not None), start=_zero_like(rows, i))
+        values = [r[i] for r in rows if r[i] is not None]
+        # a column empty on every row (a night not held, compared with) stays empty in TOTAL
+        sums[column] = sum(values, start=_zero_like(rows, i)) if values or not rows else None
     out: list[Any] = []
     for column in header:
         if column == "snapshot_date":

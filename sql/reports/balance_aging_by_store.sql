@@ -1,0 +1,114 @@
+-- Amount owed per store and night, by the age of each client's debt at the store: the days since
+-- the client's balance at the store was last <= 0 on a committed night (no ledger row at the
+-- store that night counts as 0). When the balance was > 0 on every night the warehouse holds (the
+-- first nights of its history), the debt is aged as if the balance had been <= 0 the day before
+-- the first night: a lower bound, so a debt older than our history shows in 30-59 only from the
+-- 30th night on, in 90+ only from the 90th. Buckets: 0-29, 30-59, 60-89, 90+ days.
+-- A view over the whole history (a debt's age needs every night before it).
+{{ config(materialized='view') }}
+
+with nights as (
+
+    select snapshot_date, row_number() over (order by snapshot_date) as night_index
+    from {{ ref('nights') }}
+
+),
+
+first_night as (
+
+    select min(snapshot_date) as snapshot_date from nights
+
+),
+
+stores as (
+
+    select * from {{ ref('stg_stores') }}
+
+),
+
+owing as (
+
+    select
+        ledgers.as_of_date as snapshot_date,
+        ledgers.client_number,
+        ledgers.storecode,
+        ledgers.balance,
+        nights.night_index
+    from {{ ref('ledger_balances_daily') }} as ledgers
+    inner join nights on nights.snapshot_date = ledgers.as_of_date
+    where ledgers.balance > 0
+
+),
+
+runs as (
+
+    -- consecutive nights with a positive balance share a run
+    select
+        *,
+        night_index - row_number() over (
+            partition by client_number, storecode order by night_index
+        ) as run_id
+    from owing
+
+),
+
+run_starts as (
+
+    select
+        *,
+        min(night_index) over (partition by client_number, storecode, run_id) as run_start_index
+    from runs
+
+),
+
+aged as (
+
+    select
+        run_starts.snapshot_date,
+        run_starts.storecode,
+        run_starts.client_number,
+        run_starts.balance,
+        run_starts.snapshot_date - coalesce(
+            settled.snapshot_date, (select snapshot_date from first_night) - 1
+        ) as age_days
+    from run_starts
+    left join nights as settled on settled.night_index = run_starts.run_start_index - 1
+
+),
+
+by_store as (
+
+    select
+        snapshot_date,
+        storecode,
+        count(*) as clients_owing,
+        sum(balance) as amount_owed,
+        sum(balance) filter (where age_days < 30) as owed_0_29,
+        sum(balance) filter (where age_days >= 30 and age_days < 60) as owed_30_59,
+        sum(balance) filter (where age_days >= 60 and age_days < 90) as owed_60_89,
+        sum(balance) filter (where age_days >= 90) as owed_90_plus,
+        count(*) filter (where age_days >= 90) as clients_90_plus
+    from aged
+    group by snapshot_date, storecode
+
+),
+
+final as (
+
+    select
+        stores.snapshot_date,
+        stores.storecode,
+        stores.name as store_name,
+        coalesce(by_store.clients_owing, 0) as clients_owing,
+        cast(coalesce(by_store.amount_owed, 0) as decimal(38, 2)) as amount_owed,
+        cast(coalesce(by_store.owed_0_29, 0) as decimal(38, 2)) as owed_0_29,
+        cast(coalesce(by_store.owed_30_59, 0) as decimal(38, 2)) as owed_30_59,
+        cast(coalesce(by_store.owed_60_89, 0) as decimal(38, 2)) as owed_60_89,
+        cast(coalesce(by_store.owed_90_plus, 0) as decimal(38, 2)) as owed_90_plus,
+        coalesce(by_store.clients_90_plus, 0) as clients_90_plus
+    from stores
+    left join by_store using (snapshot_date, storecode)
+
+)
+
+select * from final
