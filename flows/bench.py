@@ -358,7 +358,12 @@ def rate_cell(rate: float, burst: float, latency_ms: float, seconds: float, anno
 
 
 def run_rate_matrix(
-    rates: list[float], bursts: list[str], latencies: list[float], seconds: float, markdown: str | None
+    rates: list[float],
+    bursts: list[str],
+    latencies: list[float],
+    seconds: float,
+    markdown: str | None,
+    announced: bool = False,
 ) -> int:
     """``membersync bench --rate-matrix``: % of the limit held at the server, % 429, retries."""
     cells: list[RateCell] = []
@@ -366,7 +371,7 @@ def run_rate_matrix(
         for burst_text in bursts:
             burst = rate if burst_text == "R" else float(burst_text)
             for latency in latencies:
-                for announce in (False, True):
+                for announce in (False, True) if announced else (False,):
                     err.print(
                         f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
                         f"{'announced' if announce else 'silent'} ..."

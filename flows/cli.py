@@ -186,6 +186,19 @@ def reports(
     raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None, full_refresh=full_refresh)))
 
 
+@app.command("report-html")
+def report_html(
+    date: Annotated[
+        str | None, typer.Option(help="night of the report (default: newest in the warehouse)")
+    ] = None,
+) -> None:
+    """Write the night's HTML morning report (DATA_DIR/reports/<night>/morning_report_<night>.html)."""
+    from membersync.warehouse.morning import run_report_html_cli
+
+    night = guarded(lambda: parse_date(date))
+    raise typer.Exit(guarded(lambda: run_report_html_cli(night)))
+
+
 @app.command()
 def docs() -> None:
     """Generate dbt's documentation site of the warehouse (static files in the data dir)."""
@@ -257,6 +270,9 @@ def bench(
     latencies: Annotated[str, typer.Option(help="rate matrix: latencies in ms")] = "0,20,200",
     seconds: Annotated[float, typer.Option(help="rate matrix: seconds of each night")] = 20.0,
     markdown: Annotated[str | None, typer.Option(help="rate matrix: also write a markdown table")] = None,
+    announced: Annotated[
+        bool, typer.Option("--announced", help="rate matrix: each cell also with RateLimit-* headers")
+    ] = False,
     history_cost: Annotated[
         bool, typer.Option("--history-cost", help="requests and bytes: whole histories vs the window")
     ] = False,
@@ -270,7 +286,7 @@ def bench(
         numbers = guarded(lambda: _numbers(rates, "--rates") + _numbers(latencies, "--latencies"))
         split = len(rates.split(","))
         raise typer.Exit(
-            run_rate_matrix(numbers[:split], bursts.split(","), numbers[split:], seconds, markdown)
+            run_rate_matrix(numbers[:split], bursts.split(","), numbers[split:], seconds, markdown, announced)
         )
     raise typer.Exit(run_bench_cli(clients or [10_000], sandbox_only=sandbox_only))
 
