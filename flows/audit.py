@@ -41,8 +41,9 @@ from membersync.flows import batches as B
 from membersync.models import tables as T
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.atomic import write_json_atomic
-from membersync.warehouse.manifest import Manifest, read_manifests
+from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.storage import refresh_mirror
 
 AUDITED_TABLES: tuple[str, ...] = (
     "clients",
@@ -159,7 +160,8 @@ class Holdings:
 def read_holdings(data_dir: DataDir) -> Holdings:
     """Every client any committed night synced, with those nights (``synced_clients`` of each
     manifest: only committed files are read, never a night being written)."""
-    manifests = {m.snapshot_date: m for m in read_manifests(data_dir.manifests)}
+    # refresh_mirror: the committed nights (and, for an s3:// location, a local copy of their files)
+    manifests = {m.snapshot_date: m for m in refresh_mirror(data_dir)}
     nights: dict[str, list[dt.date]] = {}
     for night in sorted(manifests):
         for number in _read_files(data_dir, manifests[night], "synced_clients", ["client_number"], None)[

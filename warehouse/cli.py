@@ -22,6 +22,7 @@ from membersync.warehouse.export import ExportError, cell_text, check_report_nam
 from membersync.warehouse.landing import AlreadyRunning, LandingZone
 from membersync.warehouse.manifest import ManifestError
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.storage import StoreError, publish_reports, refresh_mirror
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -38,7 +39,7 @@ def _usage_error(message: str) -> Exception:
 
 def _data_dir() -> DataDir:
     data_dir = DataDir.from_env()
-    if not data_dir.root.is_dir():
+    if data_dir.remote is None and not data_dir.root.is_dir():  # s3://: the working dir is made
         raise _usage_error(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
     return data_dir
 
@@ -53,6 +54,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
     try:
         names = check_report_names(reports)
         data_dir = _data_dir()
+        refresh_mirror(data_dir)  # an s3:// location: its committed files, mirrored in the working dir
         nights = committed_nights(data_dir)
         if not nights:
             raise _usage_error(f"no committed night in {data_dir.manifests}: run `membersync sync` first")
@@ -66,6 +68,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         with LandingZone(data_dir).lock():
             result = build_warehouse(data_dir, full_refresh=full_refresh)
             paths = export_reports(data_dir, night, names)
+            published = publish_reports(data_dir, paths)  # s3://: uploaded; else the paths
     except AlreadyRunning as exc:
         err.print(
             f"[bold red]error:[/] {exc}; it rebuilds the warehouse when it commits, "
@@ -75,7 +78,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         return 1
     except (ExportError, BuildInputError, ManifestError) as exc:
         raise _usage_error(str(exc)) from None
-    except BuildError as exc:
+    except (BuildError, StoreError) as exc:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 1
     if result.built_nights:
@@ -89,8 +92,8 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         out.print(f"warehouse {result.path}: {len(result.nights)} night(s), up to date", soft_wrap=True)
     for where, values in result.others.items():
         err.print(f"[yellow]note:[/] {where}: {sum(values.values())} row(s) counted as other", soft_wrap=True)
-    for path in paths:
-        out.print(str(path), soft_wrap=True)
+    for where in published:
+        out.print(where, soft_wrap=True)
     return 0
 
 

@@ -62,11 +62,9 @@ from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import (
     Manifest,
     TableFiles,
-    manifest_path,
-    read_manifest,
-    read_manifests,
 )
 from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.storage import CommitConflict, StoreError, store_for
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +163,7 @@ class LandingZone:
 
     def __init__(self, data_dir: DataDir) -> None:
         self.data_dir = data_dir
+        self.store = store_for(data_dir)  # where published files and manifests live
         self._lock_fd: int | None = None
 
     # -- locking ------------------------------------------------------------------------------
@@ -218,10 +217,10 @@ class LandingZone:
 
     def manifests(self) -> list[Manifest]:
         """Every committed night, oldest first."""
-        return read_manifests(self.data_dir.manifests)
+        return self.store.manifests()
 
     def manifest(self, night: dt.date) -> Manifest | None:
-        return read_manifest(self.data_dir.manifests, night)
+        return self.store.manifest(night)
 
     def state(self) -> SyncState:
         """Derived from the manifests (the commits), so never ahead of committed data."""
@@ -240,7 +239,7 @@ class LandingZone:
         schema = QUARANTINE_SCHEMA if table_name == QUARANTINE_DIR else BY_NAME[table_name].schema
         if not files or not files.files:
             return schema.empty_table()
-        parts = [pq.read_table(self.data_dir.landing / f, schema=schema) for f in files.files]
+        parts = [self.store.read_table(f, schema) for f in files.files]
         return pa.concat_tables(parts)
 
     def _saved_state(self) -> str | None:
@@ -262,7 +261,7 @@ class LandingZone:
         run = _read_json(folder / "run.json")
         if isinstance(run, dict) and run.get("mode") == mode and isinstance(run.get("run_id"), str):
             log.info("night %s: resuming run %s", night, run["run_id"])
-            return Night(self, night, mode, run["run_id"], resumed=True)
+            return self._night(night, mode, run["run_id"], resumed=True)
         if folder.exists():
             log.info("night %s: discarding an interrupted run of another mode (%s)", night, run)
             _remove(folder)
@@ -273,7 +272,12 @@ class LandingZone:
             write_bytes_atomic(folder / "run.json", json.dumps(body).encode())
         except OSError as exc:
             raise LandingWriteError(f"cannot start night {night} in {folder}: {_describe(exc)}") from None
-        return Night(self, night, mode, run_id, resumed=False)
+        return self._night(night, mode, run_id, resumed=False)
+
+    def _night(self, night: dt.date, mode: str, run_id: str, *, resumed: bool) -> Night:
+        """The night, knowing which commit of it (if any) its own commit will replace."""
+        base = self.store.manifest_version(night)
+        return Night(self, night, mode, run_id, resumed=resumed, base=base, replaces=self.manifest(night))
 
     def recover(self, full: bool = False) -> None:
         """Bring the zone back to "only committed files are published" after any crash.
@@ -456,8 +460,20 @@ def client_digest(clients: Sequence[str]) -> str:
 class Night:
     """One run of one night: staged batches, then one commit."""
 
-    def __init__(self, zone: LandingZone, night: dt.date, mode: str, run_id: str, *, resumed: bool) -> None:
+    def __init__(
+        self,
+        zone: LandingZone,
+        night: dt.date,
+        mode: str,
+        run_id: str,
+        *,
+        resumed: bool,
+        base: str | None = None,
+        replaces: Manifest | None = None,
+    ) -> None:
         self.zone = zone
+        self.base = base  # the store's version of the manifest this run's commit may replace
+        self.replaces = replaces
         self.night = night
         self.mode = mode
         self.run_id = run_id
@@ -639,8 +655,14 @@ class Night:
                 quarantine_by_table=by_table,
                 stats=stats,
             )
-            path = manifest_path(self.zone.data_dir.manifests, self.night)
-            write_bytes_atomic(path, manifest.to_json().encode())
+            self.zone.store.commit_manifest(manifest, self.base)
+        except CommitConflict as exc:
+            raise LandingError(str(exc)) from None
+        except StoreError as exc:
+            raise LandingWriteError(
+                f"cannot commit night {self.night} (run {self.run_id}): {exc}; "
+                "the previously committed state is unchanged"
+            ) from None
         except OSError as exc:
             raise LandingWriteError(
                 f"cannot commit night {self.night} (run {self.run_id}): {_describe(exc)}; "
@@ -669,6 +691,11 @@ class Night:
                 fsync_dir(folder)
             _remove(self.folder)
             fsync_dir(zone.data_dir.staging)
+            if self.replaces is not None:  # the store's copies of the replaced run's files
+                old = set(self.replaces.quarantine.files).union(
+                    *(t.files for t in self.replaces.tables.values())
+                )
+                zone.store.retire(sorted(old - keep))
         except OSError as exc:
             log.warning(
                 "night %s committed; cleanup incomplete (%s), recover() will finish it", self.night, exc
@@ -681,6 +708,10 @@ class Night:
             moved_into.add(published.parent)
         elif not published.exists():  # neither staged nor moved by an interrupted commit
             raise LandingError(f"night {self.night}: staged file {staged} is missing; rerun the night")
+        try:
+            self.zone.store.publish(published)  # object storage: upload (local: nothing to do)
+        except StoreError as exc:
+            raise LandingWriteError(f"cannot commit night {self.night} (run {self.run_id}): {exc}") from None
 
     def _markers(self) -> list[tuple[str, dict[str, Any]]]:
         out = []

@@ -13,6 +13,12 @@
       .lock                                                      one sync at a time
 
 Everything written there is readable by its owner only (files 0600, folders 0700).
+
+``MEMBERSYNC_DATA_DIR=s3://bucket/prefix`` puts the published landing zone (parts and manifests)
+and the report files in object storage, same layout under the prefix (see
+:mod:`membersync.warehouse.storage`); ``root`` is then a local working dir
+(``MEMBERSYNC_CACHE_DIR``, default ``~/.cache/membersync/s3/<bucket>/<prefix>``) holding the
+staging area, the lock, the logs, a mirror of the committed files and the DuckDB warehouse.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from membersync.extract.settings import SettingsError
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
 FILE_MODE = 0o600
@@ -29,12 +37,36 @@ DIR_MODE = 0o700
 @dataclass(frozen=True)
 class DataDir:
     root: Path
+    remote: str | None = None  # "s3://bucket/prefix" when the data location is object storage
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> DataDir:
         env = dict(os.environ) if env is None else env
         raw = env.get("MEMBERSYNC_DATA_DIR")
+        if raw and "://" in raw:
+            return cls.remote_location(raw, env.get("MEMBERSYNC_CACHE_DIR"))
         return cls(Path(raw).expanduser().resolve() if raw else DEFAULT_DATA_DIR)
+
+    @classmethod
+    def remote_location(cls, url: str, cache_dir: str | None = None) -> DataDir:
+        """``s3://bucket/prefix`` with its local working dir (a bad URL: SettingsError naming it)."""
+        scheme, _, rest = url.partition("://")
+        bucket, _, prefix = rest.strip("/").partition("/")
+        prefix = prefix.strip("/")
+        parts = [p for p in prefix.split("/") if p]
+        if scheme != "s3" or not bucket or any(p in (".", "..") for p in parts):
+            raise SettingsError(f"MEMBERSYNC_DATA_DIR: {url!r} is not a local path or s3://bucket/prefix")
+        remote = f"s3://{bucket}/{'/'.join(parts)}".rstrip("/")
+        if cache_dir:
+            root = Path(cache_dir).expanduser().resolve()
+        else:
+            root = Path("~/.cache/membersync/s3").expanduser().resolve() / bucket / Path(*parts)
+        return cls(root, remote)
+
+    @property
+    def location(self) -> str:
+        """Where the published data lives: the s3:// URL, or the local data dir."""
+        return self.remote or str(self.root)
 
     @property
     def landing(self) -> Path:

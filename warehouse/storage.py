@@ -1,0 +1,332 @@
+"""Where the landing zone publishes: the local data dir, or S3-compatible object storage.
+
+The landing zone (:mod:`membersync.warehouse.landing`) always stages a night on local disk
+(``DATA_DIR/landing/_staging``, for S3 the local working dir of :class:`DataDir`) and publishes
+it through a :class:`Store`:
+
+:class:`LocalStore` (the default)
+    a staged part is published by a rename inside the data dir, the manifest by an atomic
+    rename (:mod:`membersync.warehouse.atomic`); nothing else.
+
+:class:`ObjectStore` (``MEMBERSYNC_DATA_DIR=s3://bucket/prefix``, through fsspec/s3fs)
+    the same layout under the prefix (``landing/<table>/snapshot_date=D/part-*.parquet``,
+    ``landing/_manifests/D.json``, ``reports/<night>/...``). Staging stays on local disk: a
+    staged batch is a rename away from published locally, resuming after a crash needs no
+    listing of the bucket, and an interrupted run leaves nothing half-made in the bucket. At
+    the commit every part is uploaded under a name that carries the run id (a part is
+    immutable: no other run ever writes that name), then the manifest is written with a
+    **conditional put**: ``If-None-Match: *`` when the night had no manifest when the run
+    started, ``If-Match: <etag>`` of the manifest it replaces otherwise. Two writers can never
+    both commit a night: the second put fails (HTTP 412) and its run fails with
+    :class:`CommitConflict`. Readers read only the files a manifest names, and the manifest is
+    the last object written, so a reader never sees half a night.
+
+The warehouse (DuckDB) is built on local disk, from a local mirror of the committed files
+(:func:`refresh_mirror`): ``DATA_DIR/warehouse.duckdb`` in the working dir, openable by any
+DuckDB client without extensions; the report files are then uploaded (:func:`publish_reports`).
+:func:`duckdb_connect` gives a DuckDB connection that reads the bucket's Parquet directly (an
+fsspec filesystem registered with DuckDB, since httpfs cannot be installed here).
+
+Credentials come from the standard AWS variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for S3-compatible
+endpoints) or any other source botocore knows; they are never written anywhere by us.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from membersync.warehouse.atomic import make_dirs, write_bytes_atomic, write_file_atomic
+from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest, read_manifests
+from membersync.warehouse.paths import DataDir
+
+log = logging.getLogger(__name__)
+
+_MANIFEST_NAME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.json")
+
+
+class StoreError(RuntimeError):
+    """The object store cannot do what was asked; the message names the object (never a secret)."""
+
+
+class CommitConflict(StoreError):
+    """Another writer committed the same night first: this run's commit was refused."""
+
+
+class Store(Protocol):
+    """What the landing zone needs from where it publishes (paths relative to the data root)."""
+
+    def manifests(self) -> list[Manifest]: ...
+
+    def manifest(self, night: dt.date) -> Manifest | None: ...
+
+    def manifest_version(self, night: dt.date) -> str | None: ...
+
+    def publish(self, local: Path) -> None: ...
+
+    def commit_manifest(self, manifest: Manifest, base: str | None) -> None: ...
+
+    def retire(self, files: Iterable[str]) -> None: ...
+
+    def read_table(self, relative: str, schema: pa.Schema) -> pa.Table: ...
+
+
+def store_for(data_dir: DataDir) -> Store:
+    """The store of a data dir: local unless its location is ``s3://``."""
+    if data_dir.remote is None:
+        return LocalStore(data_dir)
+    return ObjectStore(data_dir)
+
+
+class LocalStore:
+    """The local data dir: the landing zone's own renames publish; nothing more to do."""
+
+    def __init__(self, data_dir: DataDir) -> None:
+        self.data_dir = data_dir
+
+    def manifests(self) -> list[Manifest]:
+        return read_manifests(self.data_dir.manifests)
+
+    def manifest(self, night: dt.date) -> Manifest | None:
+        return read_manifest(self.data_dir.manifests, night)
+
+    def manifest_version(self, night: dt.date) -> str | None:
+        return None  # one machine, one lock: no version to compare
+
+    def publish(self, local: Path) -> None:
+        return None  # renamed into place by the landing zone already
+
+    def commit_manifest(self, manifest: Manifest, base: str | None) -> None:
+        path = manifest_path(self.data_dir.manifests, manifest.snapshot_date)
+        write_bytes_atomic(path, manifest.to_json().encode())
+
+    def retire(self, files: Iterable[str]) -> None:
+        return None  # the landing zone's cleanup removes replaced local files
+
+    def read_table(self, relative: str, schema: pa.Schema) -> pa.Table:
+        return pq.read_table(self.data_dir.landing / relative, schema=schema)
+
+
+def s3_filesystem() -> Any:
+    """An s3fs filesystem from the standard AWS variables (no listing cache: manifests change)."""
+    import s3fs
+
+    client_kwargs: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        client_kwargs["endpoint_url"] = endpoint
+    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    if region:
+        client_kwargs["region_name"] = region
+    return s3fs.S3FileSystem(client_kwargs=client_kwargs, use_listings_cache=False, skip_instance_cache=True)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{exc.__class__.__name__}: {text}"[:300]
+
+
+class ObjectStore:
+    """``s3://bucket/prefix``: parts uploaded at the commit, the manifest put conditionally."""
+
+    def __init__(self, data_dir: DataDir, fs: Any = None) -> None:
+        if data_dir.remote is None:
+            raise ValueError("ObjectStore needs an s3:// data location")
+        self.data_dir = data_dir
+        self.url = data_dir.remote
+        self.base = self.url.removeprefix("s3://")
+        self._fs = fs
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs = s3_filesystem()
+        return self._fs
+
+    def key(self, relative_to_root: str) -> str:
+        return f"{self.base}/{relative_to_root}"
+
+    def _manifest_key(self, night: dt.date) -> str:
+        return self.key(f"landing/_manifests/{night.isoformat()}.json")
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def manifests(self) -> list[Manifest]:
+        folder = self.key("landing/_manifests")
+        try:
+            names = sorted(
+                p for p in self.fs.ls(folder, detail=False) if _MANIFEST_NAME.fullmatch(p.rsplit("/", 1)[-1])
+            )
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"cannot list s3://{folder}: {_describe(exc)}") from None
+        out = []
+        for name in names:
+            try:
+                text = self.fs.cat_file(name).decode("utf-8")
+            except FileNotFoundError:
+                continue  # replaced between the listing and the read: the next listing sees it
+            except OSError as exc:
+                raise StoreError(f"cannot read s3://{name}: {_describe(exc)}") from None
+            out.append(Manifest.from_json(text, where=f"s3://{name}"))
+        return out
+
+    def manifest(self, night: dt.date) -> Manifest | None:
+        name = self._manifest_key(night)
+        try:
+            text = self.fs.cat_file(name).decode("utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read s3://{name}: {_describe(exc)}") from None
+        return Manifest.from_json(text, where=f"s3://{name}")
+
+    def manifest_version(self, night: dt.date) -> str | None:
+        """The ETag of the night's manifest (None: no manifest): what a commit may replace."""
+        name = self._manifest_key(night)
+        try:
+            info = self.fs.info(name)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read s3://{name}: {_describe(exc)}") from None
+        etag = info.get("ETag") or info.get("etag")
+        return str(etag) if etag else None
+
+    def read_table(self, relative: str, schema: pa.Schema) -> pa.Table:
+        local = self.data_dir.landing / relative
+        if local.is_file():  # a part is immutable: the mirror's copy is the object
+            return pq.read_table(local, schema=schema)
+        with self.fs.open(self.key(f"landing/{relative}"), "rb") as handle:
+            return pq.read_table(handle, schema=schema)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def publish(self, local: Path) -> None:
+        """Upload a part the landing zone published locally (same relative name)."""
+        relative = local.relative_to(self.data_dir.root).as_posix()
+        try:
+            self.fs.put_file(str(local), self.key(relative))
+        except OSError as exc:
+            raise StoreError(f"cannot upload {relative} to {self.url}: {_describe(exc)}") from None
+
+    def commit_manifest(self, manifest: Manifest, base: str | None) -> None:
+        """Put the manifest only if the night's manifest is still ``base`` (None: still absent)."""
+        name = self._manifest_key(manifest.snapshot_date)
+        body = manifest.to_json().encode()
+        condition = {"IfNoneMatch": "*"} if base is None else {"IfMatch": base}
+        try:
+            self.fs.pipe_file(name, body, **condition)
+        except (FileExistsError, FileNotFoundError, PermissionError, OSError) as exc:
+            # A 412 (or a retried put whose first try got through): whose manifest is there now?
+            try:
+                current = self.manifest(manifest.snapshot_date)
+            except (StoreError, ValueError):
+                current = None
+            if current is not None and current.run_id == manifest.run_id:
+                log.info("night %s: the manifest put was retried; it is ours", manifest.snapshot_date)
+            elif current is not None and current.run_id != manifest.run_id:
+                raise CommitConflict(
+                    f"night {manifest.snapshot_date} was committed by another writer (run "
+                    f"{current.run_id}, at {current.committed_at}) while run {manifest.run_id} was "
+                    f"writing it; not committing (s3://{name} is unchanged; rerun the night to replace it)"
+                ) from None
+            elif base is not None and isinstance(exc, FileNotFoundError):
+                raise CommitConflict(
+                    f"night {manifest.snapshot_date}: its manifest s3://{name} was removed while run "
+                    f"{manifest.run_id} was writing it; not committing"
+                ) from None
+            else:
+                raise StoreError(f"cannot write s3://{name}: {_describe(exc)}") from None
+        # The commit is in the bucket; keep the local mirror in step (readers of this machine).
+        write_file_atomic(manifest_path(self.data_dir.manifests, manifest.snapshot_date), body)
+
+    def retire(self, files: Iterable[str]) -> None:
+        """Delete the parts of the manifest a commit replaced (never a file of another run)."""
+        keys = [self.key(f"landing/{f}") for f in files]
+        if not keys:
+            return
+        try:
+            self.fs.rm(keys)
+        except OSError as exc:
+            log.warning("could not delete %d replaced part(s) in %s: %s", len(keys), self.url, exc)
+
+
+# --- the warehouse and the reports of a remote data location ---------------------------------------
+
+
+def refresh_mirror(data_dir: DataDir) -> list[Manifest]:
+    """Bring the local working dir's ``landing/`` in step with the bucket's committed nights.
+
+    Manifests are copied whole (the bucket's set replaces the local one); parts are downloaded
+    once (immutable), only those a manifest names. Returns the manifests. A local data dir: a no-op.
+    """
+    if data_dir.remote is None:
+        return read_manifests(data_dir.manifests)
+    store = ObjectStore(data_dir)
+    manifests = store.manifests()
+    make_dirs(data_dir.manifests)
+    wanted = {f"{m.snapshot_date.isoformat()}.json": m for m in manifests}
+    for path in data_dir.manifests.glob("????-??-??.json"):
+        if path.name not in wanted:
+            path.unlink()
+    downloaded = 0
+    for manifest in manifests:
+        files = [f for t in manifest.tables.values() for f in t.files] + list(manifest.quarantine.files)
+        for relative in files:
+            local = data_dir.landing / relative
+            if local.is_file():
+                continue
+            make_dirs(local.parent, data_dir.root)
+            try:
+                data = store.fs.cat_file(store.key(f"landing/{relative}"))
+            except OSError as exc:
+                raise StoreError(
+                    f"manifest {manifest.snapshot_date} names {relative}, which cannot be read from "
+                    f"{store.url}: {_describe(exc)}"
+                ) from None
+            write_file_atomic(local, data)
+            downloaded += 1
+        path = manifest_path(data_dir.manifests, manifest.snapshot_date)
+        text = manifest.to_json()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            write_file_atomic(path, text.encode())
+    log.info("mirror of %s: %d night(s), %d part(s) downloaded", store.url, len(manifests), downloaded)
+    return manifests
+
+
+def publish_reports(data_dir: DataDir, paths: Sequence[Path]) -> list[str]:
+    """Upload report files written under the working dir's ``reports/`` to the bucket (same
+    relative names); return their URLs. A local data dir: nothing to do, the paths as given."""
+    if data_dir.remote is None:
+        return [str(p) for p in paths]
+    store = ObjectStore(data_dir)
+    out = []
+    for path in paths:
+        relative = path.relative_to(data_dir.root).as_posix()
+        try:
+            store.fs.put_file(str(path), store.key(relative))
+        except OSError as exc:
+            raise StoreError(f"cannot upload {relative} to {store.url}: {_describe(exc)}") from None
+        out.append(f"{store.url}/{relative}")
+    return out
+
+
+def duckdb_connect(data_dir: DataDir, database: str = ":memory:") -> Any:
+    """A DuckDB connection that reads ``s3://`` paths of the data location through fsspec
+    (``SELECT * FROM read_parquet('s3://bucket/prefix/landing/...')``)."""
+    import duckdb
+
+    con = duckdb.connect(database)
+    if data_dir.remote is not None:
+        con.register_filesystem(s3_filesystem())
+    return con
