@@ -126,4 +126,27 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
             )
         except Exception as exc:  # the summary is also in the manifest: never mask the night's outcome
             logging.getLogger(__name__).warning("could not record the summary artifact: %s", exc)
+        await _morning_report_artifact(run.summary.night, run.summary.reports)
     return summary.as_dict()
+
+
+MORNING_ARTIFACT_KEY = "membersync-morning-report"
+
+
+async def _morning_report_artifact(night: dt.date, reports: list[str]) -> None:
+    """A markdown artifact linking the night's HTML morning report (when the build wrote one)."""
+    from prefect.artifacts import acreate_markdown_artifact
+
+    pages = [r for r in reports if r.endswith(".html")]
+    if not pages:
+        return
+    page = pages[0]
+    link = page if "://" in page else f"file://{page}"
+    try:
+        await acreate_markdown_artifact(
+            key=MORNING_ARTIFACT_KEY,
+            markdown=f"# Morning report {night}\n\n[{page}]({link})\n",
+            description=f"membersync morning report of {night}",
+        )
+    except Exception as exc:  # a link only: never mask the night's outcome
+        logging.getLogger(__name__).warning("could not record the morning report artifact: %s", exc)

@@ -1,0 +1,499 @@
+"""The morning report: one self-contained HTML page per night for managers (issue 14).
+
+``DATA_DIR/reports/<night>/morning_report_<night>.html``: the store scorecard (each figure with
+its change since a week and a month earlier), a chart per trend over the last 90 nights (owed
+and aged debt, frozen rate, active members, MRR, revenue by day), the top debtors per store, and
+the night's data-quality line (rows quarantined by the landing zone, the self-audit's findings
+when the night has them, the warehouse's freshness).
+
+One file, nothing fetched: the charts are Vega-Lite specifications (altair) rendered to SVG
+offline by vl-convert and inlined, the CSS is inline, there is no script. Responsive: the charts
+scale to the screen's width and wide tables scroll sideways on a phone.
+
+The figures come from the warehouse's reports (``reports.store_scorecard`` and the reports it
+compares, ``reports.top_debtors``, ``reports.revenue_by_store_day``), opened read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import html
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from membersync.warehouse import freshness as fresh
+from membersync.warehouse.atomic import write_file_atomic
+from membersync.warehouse.export import REPORTS, ExportError, ReportTable, read_report
+from membersync.warehouse.manifest import read_manifest
+from membersync.warehouse.paths import DataDir
+
+log = logging.getLogger(__name__)
+
+TREND_NIGHTS = 90
+TOP_DEBTORS_SHOWN = 10
+CHART_WIDTH = 640
+CHART_HEIGHT = 220
+# The scorecard's figures: (column, label, money?)
+FIGURES: tuple[tuple[str, str, bool], ...] = (
+    ("active_members", "Active members", False),
+    ("frozen_memberships", "Frozen", False),
+    ("mrr", "MRR", True),
+    ("amount_owed", "Owed", True),
+    ("owed_90_plus", "Owed 90+ days", True),
+    ("revenue_7d", "Revenue, 7 days", True),
+)
+BUCKETS = (
+    ("owed_0_29", "0-29 days"),
+    ("owed_30_59", "30-59"),
+    ("owed_60_89", "60-89"),
+    ("owed_90_plus", "90+"),
+)
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str  # a stable id (the page's anchor and the browser test's handle)
+    title: str
+    svg: str  # empty: no data to draw
+
+
+@dataclass
+class MorningData:
+    night: dt.date
+    scorecard: ReportTable
+    charts: list[Chart]
+    debtors: dict[str, list[dict[str, Any]]]  # storecode -> rows, largest balance first
+    store_names: dict[str, str]
+    quality: list[str] = field(default_factory=list)
+
+
+def morning_report_path(data_dir: DataDir, night: dt.date) -> Path:
+    return data_dir.reports / night.isoformat() / f"morning_report_{night.isoformat()}.html"
+
+
+def write_morning_report(
+    data_dir: DataDir, night: dt.date | None = None, *, now: dt.datetime | None = None
+) -> Path:
+    """Write the night's morning report (default: the newest night of the warehouse); its path."""
+    data = read_morning_data(data_dir, night, now=now)
+    path = morning_report_path(data_dir, data.night)
+    write_file_atomic(path, render_html(data).encode("utf-8"))
+    log.info("morning report of %s written to %s", data.night.isoformat(), path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+def read_morning_data(
+    data_dir: DataDir, night: dt.date | None = None, *, now: dt.datetime | None = None
+) -> MorningData:
+    if not data_dir.warehouse_db.is_file():
+        raise ExportError(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
+    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        nights = [r[0] for r in con.execute("SELECT snapshot_date FROM meta.nights ORDER BY 1").fetchall()]
+        if not nights:
+            raise ExportError(f"the warehouse {data_dir.warehouse_db} holds no night")
+        night = night or nights[-1]
+        if night not in nights:
+            raise ExportError(
+                f"night {night.isoformat()} is not in the warehouse (committed nights: "
+                f"{nights[0].isoformat()} .. {nights[-1].isoformat()}, {len(nights)} in all)"
+            )
+        scorecard = read_report(con, REPORTS["store_scorecard"], night)
+        names = {
+            str(r[0]): str(r[1])
+            for r in con.execute(
+                "SELECT storecode, store_name FROM reports.store_scorecard WHERE snapshot_date = ?", [night]
+            ).fetchall()
+        }
+        charts = read_charts(con, night)
+        debtors = read_top_debtors(con, night)
+    return MorningData(night, scorecard, charts, debtors, names, quality_lines(data_dir, night, now))
+
+
+def _query(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    cursor = con.execute(sql, list(params))
+    header = [d[0] for d in cursor.description or []]
+    return [dict(zip(header, row, strict=True)) for row in cursor.fetchall()]
+
+
+def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date) -> list[Chart]:
+    """One chart per trend over the last 90 nights (days, for revenue) ending with ``night``."""
+    first = night - dt.timedelta(days=TREND_NIGHTS - 1)
+    window = [first, night]
+    aging = _query(
+        con,
+        "SELECT snapshot_date, sum(owed_0_29) AS owed_0_29, sum(owed_30_59) AS owed_30_59, "
+        "sum(owed_60_89) AS owed_60_89, sum(owed_90_plus) AS owed_90_plus "
+        "FROM reports.balance_aging_by_store WHERE snapshot_date BETWEEN ? AND ? GROUP BY 1 ORDER BY 1",
+        window,
+    )
+    debt = [
+        {"night": r["snapshot_date"].isoformat(), "bucket": label, "order": i, "amount": float(r[col])}
+        for r in aging
+        for i, (col, label) in enumerate(BUCKETS)
+    ]
+    statuses = _query(
+        con,
+        "SELECT snapshot_date, storecode, store_name, active, frozen, frozen_rate "
+        "FROM reports.frozen_memberships_by_store WHERE snapshot_date BETWEEN ? AND ? ORDER BY 1, 2",
+        window,
+    )
+    frozen_rate = [
+        {"night": r["snapshot_date"].isoformat(), "store": r["store_name"], "rate": float(r["frozen_rate"])}
+        for r in statuses
+        if r["frozen_rate"] is not None
+    ]
+    active = [
+        {"night": r["snapshot_date"].isoformat(), "store": r["store_name"], "members": int(r["active"])}
+        for r in statuses
+    ]
+    mrr = [
+        {"night": r["snapshot_date"].isoformat(), "store": r["store_name"], "mrr": float(r["mrr"])}
+        for r in _query(
+            con,
+            "SELECT snapshot_date, store_name, mrr FROM reports.mrr_by_store "
+            "WHERE snapshot_date BETWEEN ? AND ? AND store_name IS NOT NULL ORDER BY 1, 2",
+            window,
+        )
+    ]
+    revenue = [
+        {
+            "day": r["business_date"].isoformat(),
+            "store": r["storecode"].rstrip(),
+            "amount": float(r["amount"]),
+        }
+        for r in _query(
+            con,
+            "SELECT business_date, storecode, sum(amount) AS amount FROM reports.revenue_by_store_day "
+            "WHERE business_date BETWEEN ? AND ? GROUP BY 1, 2 ORDER BY 1, 2",
+            window,
+        )
+    ]
+    return [
+        Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
+        Chart(
+            "frozen-rate", "Frozen rate (frozen / active + frozen)", _line_chart(frozen_rate, "rate", ".1%")
+        ),
+        Chart("active-members", "Active members", _line_chart(active, "members", ",d")),
+        Chart("mrr", "MRR (monthly dues of active EFT memberships)", _line_chart(mrr, "mrr", "$,.0f")),
+        Chart("revenue", "Revenue by day (before tax)", _bar_chart(revenue)),
+    ]
+
+
+def read_top_debtors(con: duckdb.DuckDBPyConnection, night: dt.date) -> dict[str, list[dict[str, Any]]]:
+    rows = _query(
+        con,
+        "SELECT storecode, client_number, client_name, balance, last_payment_date, active_memberships, "
+        "eft_on_file FROM reports.top_debtors WHERE snapshot_date = ? "
+        "ORDER BY storecode, balance DESC, client_number",
+        [night],
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        shown = out.setdefault(row["storecode"], [])
+        if len(shown) < TOP_DEBTORS_SHOWN:
+            shown.append(row)
+    return out
+
+
+def quality_lines(data_dir: DataDir, night: dt.date, now: dt.datetime | None = None) -> list[str]:
+    """The night's data quality: quarantined rows, the self-audit's findings, freshness."""
+    lines = []
+    manifest = read_manifest(data_dir.manifests, night)
+    if manifest is not None:
+        rows = manifest.quarantine.rows
+        by_table = ", ".join(f"{t} {n}" for t, n in sorted(manifest.quarantine_by_table.items()) if n)
+        lines.append(
+            f"Quarantined rows: {rows}" + (f" ({by_table})" if by_table else "") + " (landing/_quarantine/)"
+        )
+    audit_file = data_dir.state_file.parent / "audits" / f"{night.isoformat()}.json"
+    if audit_file.is_file():
+        try:
+            body = json.loads(audit_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            lines.append(f"Self-audit: {audit_file.name} cannot be read")
+        else:
+            sampled, differed = _count(body.get("sampled")), _count(body.get("differed"))
+            keys = _count(body.get("keys"))
+            lines.append(
+                f"Self-audit: {sampled} client(s) re-fetched, {differed} differed"
+                + (f" ({keys} key(s)), queued for re-sync" if differed else "")
+            )
+    else:
+        lines.append("Self-audit: none this night (a full night, or the audit is off)")
+    state = fresh.check(data_dir.manifests, fresh.stale_after_hours(), now)
+    lines.append("Freshness: " + fresh.describe(state))
+    return lines
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, list | dict):
+        return len(value)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Charts: Vega-Lite (altair) rendered to SVG offline (vl-convert)
+# --------------------------------------------------------------------------------------------
+
+
+def _render(chart: Any) -> str:
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(chart.to_dict())
+    return str(svg)
+
+
+def _base(rows: list[dict[str, Any]]) -> Any:
+    import altair as alt
+    import pandas as pd
+
+    return alt.Chart(pd.DataFrame(rows)).properties(width=CHART_WIDTH, height=CHART_HEIGHT)
+
+
+def _legend() -> Any:
+    import altair as alt
+
+    return alt.Legend(orient="bottom", title=None, columns=3)
+
+
+def _line_chart(rows: list[dict[str, Any]], value: str, fmt: str) -> str:
+    if not rows:
+        return ""
+    import altair as alt
+
+    chart = (
+        _base(rows)
+        .mark_line(point=len({r["night"] for r in rows}) < 3)
+        .encode(
+            x=alt.X("night:T", title=None, axis=alt.Axis(format="%b %d")),
+            y=alt.Y(f"{value}:Q", title=None, axis=alt.Axis(format=fmt)),
+            color=alt.Color("store:N", legend=_legend()),
+        )
+    )
+    return _render(chart)
+
+
+def _area_chart(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    import altair as alt
+
+    chart = (
+        _base(rows)
+        .mark_area()
+        .encode(
+            x=alt.X("night:T", title=None, axis=alt.Axis(format="%b %d")),
+            y=alt.Y("amount:Q", title=None, stack="zero", axis=alt.Axis(format="$,.0f")),
+            color=alt.Color(
+                "bucket:N",
+                sort=[label for _, label in BUCKETS],
+                scale=alt.Scale(range=["#9ecae1", "#fdae6b", "#f16913", "#a50f15"]),
+                legend=_legend(),
+            ),
+            order=alt.Order("order:Q"),
+        )
+    )
+    return _render(chart)
+
+
+def _bar_chart(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    import altair as alt
+
+    chart = (
+        _base(rows)
+        .mark_bar()
+        .encode(
+            x=alt.X("day:T", title=None, axis=alt.Axis(format="%b %d")),
+            y=alt.Y("amount:Q", title=None, stack="zero", axis=alt.Axis(format="$,.0f")),
+            color=alt.Color("store:N", legend=_legend()),
+        )
+    )
+    return _render(chart)
+
+
+# --------------------------------------------------------------------------------------------
+# The page
+# --------------------------------------------------------------------------------------------
+
+CSS = """
+:root { color-scheme: light; }
+* { box-sizing: border-box; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1d232a;
+  background: #f4f6f8; line-height: 1.4; }
+header { background: #1f3a5f; color: #fff; padding: 16px 20px; }
+header h1 { margin: 0; font-size: 1.35rem; }
+header p { margin: 4px 0 0; opacity: .85; font-size: .9rem; }
+main { max-width: 1100px; margin: 0 auto; padding: 12px; }
+section { background: #fff; border-radius: 8px; padding: 14px 16px; margin: 12px 0;
+  box-shadow: 0 1px 2px rgba(0,0,0,.08); }
+h2 { font-size: 1.1rem; margin: 0 0 10px; }
+h3 { font-size: 1rem; margin: 14px 0 6px; }
+.scroll { overflow-x: auto; -webkit-overflow-scrolling: touch; }
+table { border-collapse: collapse; width: 100%; font-size: .9rem; }
+th, td { padding: 6px 8px; border-bottom: 1px solid #e3e7eb; text-align: right; white-space: nowrap;
+  vertical-align: top; }
+th:first-child, td:first-child { text-align: left; }
+th { font-weight: 600; color: #4a5560; font-size: .8rem; }
+tr.total td { font-weight: 700; border-top: 2px solid #1f3a5f; }
+.delta { display: block; font-size: .75rem; color: #66717c; }
+.up { color: #1a7f37; } .down { color: #b42318; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 480px), 1fr)); gap: 12px; }
+figure { margin: 0; }
+figcaption { font-weight: 600; margin-bottom: 6px; }
+figure svg { width: 100%; height: auto; display: block; }
+.empty { color: #66717c; font-style: italic; }
+ul.quality { margin: 0; padding-left: 18px; }
+@media (max-width: 600px) {
+  main { padding: 6px; }
+  section { padding: 10px; margin: 8px 0; }
+  table { font-size: .8rem; }
+  th, td { padding: 5px 6px; }
+}
+"""
+
+
+def _money(value: Any) -> str:
+    if value is None:
+        return ""
+    amount = Decimal(value).quantize(Decimal("0.01"))
+    return f"{amount:,}"
+
+
+def _figure(value: Any, money: bool) -> str:
+    if value is None:
+        return "–"
+    return _money(value) if money else f"{int(value):,}"
+
+
+def _delta(now: Any, then: Any, money: bool, label: str) -> str:
+    if now is None or then is None:
+        return f"{label} –"
+    change = Decimal(now) - Decimal(then)
+    sign = "+" if change > 0 else "−" if change < 0 else "±"
+    text = _money(abs(change)) if money else f"{int(abs(change)):,}"
+    return f"{label} {sign}{text}"
+
+
+def _scorecard_html(table: ReportTable, names: dict[str, str]) -> str:
+    header = table.header
+    out = ['<div class="scroll"><table id="scorecard"><thead><tr><th>Store</th>']
+    out += [f"<th>{html.escape(label)}</th>" for _, label, _ in FIGURES]
+    out.append("</tr></thead><tbody>")
+    for row in table.rows:
+        values = dict(zip(header, row, strict=True))
+        code = str(values["storecode"])
+        total = table.has_total and row is table.rows[-1]
+        label = "All stores" if total else f"{names.get(code) or code.rstrip()} ({code.rstrip()})"
+        opening = '<tr class="total">' if total else "<tr>"
+        out.append(f"{opening}<td>{html.escape(label)}</td>")
+        for column, _, money in FIGURES:
+            now = values[column]
+            week = _delta(now, values[f"{column}_week_ago"], money, "wk")
+            month = _delta(now, values[f"{column}_month_ago"], money, "mo")
+            out.append(
+                f"<td>{html.escape(_figure(now, money))}"
+                f'<span class="delta">{html.escape(week)} · {html.escape(month)}</span></td>'
+            )
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _debtors_html(debtors: dict[str, list[dict[str, Any]]], names: dict[str, str]) -> str:
+    if not debtors:
+        return '<p class="empty">No client owes anything tonight.</p>'
+    out = []
+    for code, rows in sorted(debtors.items()):
+        title = f"{names.get(code) or code.rstrip()} ({code.rstrip()})"
+        out.append(f"<h3>{html.escape(title)}</h3>")
+        out.append(
+            '<div class="scroll"><table class="debtors"><thead><tr><th>Client</th><th>Balance</th>'
+            "<th>Last payment</th><th>Active memberships</th><th>EFT on file</th></tr></thead><tbody>"
+        )
+        for r in rows:
+            who = f"{r['client_name'] or ''} ({r['client_number']})".strip()
+            paid = r["last_payment_date"].isoformat() if r["last_payment_date"] else "never"
+            out.append(
+                f"<tr><td>{html.escape(who)}</td><td>{html.escape(_money(r['balance']))}</td>"
+                f"<td>{html.escape(paid)}</td><td>{int(r['active_memberships'])}</td>"
+                f"<td>{'yes' if r['eft_on_file'] else 'no'}</td></tr>"
+            )
+        out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _charts_html(charts: Sequence[Chart]) -> str:
+    out = ['<div class="charts">']
+    for chart in charts:
+        body = chart.svg or '<p class="empty">No data over the last 90 nights.</p>'
+        out.append(
+            f'<figure class="chart" id="chart-{html.escape(chart.key)}">'
+            f"<figcaption>{html.escape(chart.title)}</figcaption>{body}</figure>"
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def render_html(data: MorningData) -> str:
+    night = data.night.isoformat()
+    quality = "".join(f"<li>{html.escape(line)}</li>" for line in data.quality)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; img-src data:\">"
+        f"<title>Morning report {night}</title><style>{CSS}</style></head><body>"
+        f"<header><h1>Morning report</h1><p>Night of {night} · {len(data.store_names)} store(s)</p></header>"
+        "<main>"
+        f'<section id="scorecard-section"><h2>Store scorecard</h2>'
+        f"{_scorecard_html(data.scorecard, data.store_names)}"
+        '<p class="delta">wk: change since the night a week earlier · mo: since the same night a month '
+        "earlier (– when the warehouse does not hold it) · revenue before tax, voids excluded</p></section>"
+        f'<section id="trends"><h2>Trends, last {TREND_NIGHTS} nights</h2>'
+        f"{_charts_html(data.charts)}</section>"
+        f'<section id="top-debtors"><h2>Top debtors per store</h2>'
+        f"{_debtors_html(data.debtors, data.store_names)}</section>"
+        f'<section id="data-quality"><h2>Data quality</h2><ul class="quality">{quality}</ul></section>'
+        "</main></body></html>\n"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The command: membersync report-html [--date]
+# --------------------------------------------------------------------------------------------
+
+
+def run_report_html_cli(night: dt.date | None) -> int:
+    """Write the morning report of ``night`` (default: the newest) from the warehouse as built."""
+    from membersync.flows.cli import UsageError
+    from rich.console import Console
+
+    data_dir = DataDir.from_env()
+    if not data_dir.root.is_dir():
+        raise UsageError(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
+    try:
+        path = write_morning_report(data_dir, night)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    Console(highlight=False).print(f"morning report: {path}", soft_wrap=True)
+    return 0
