@@ -291,6 +291,22 @@ def bench(
     raise typer.Exit(run_bench_cli(clients or [10_000], sandbox_only=sandbox_only))
 
 
+tenants_app = typer.Typer(
+    help="The tenants file: every tenant's service, credentials (by name), schedule, data."
+)
+app.add_typer(tenants_app, name="tenants")
+
+
+@tenants_app.command("check")
+def tenants_check(
+    file: Annotated[str, typer.Argument(help="the tenants file (TOML)")],
+) -> None:
+    """Validate a tenants file: one line per tenant (exit 0), or one line per error (exit 2)."""
+    from membersync.flows.tenants import run_tenants_check
+
+    raise typer.Exit(run_tenants_check(file, Console(highlight=False), err))
+
+
 def _numbers(text: str, option: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",")]

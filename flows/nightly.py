@@ -338,6 +338,12 @@ class NightRun:
         from membersync.extract.client import ServiceClient
 
         self.data_dir.ensure()
+        from membersync.flows.tenants import explicit_tenant, foreign_tenant
+
+        self.tenant = explicit_tenant(os.environ)
+        refusal = foreign_tenant(((m.snapshot_date, m.tenant) for m in self.zone.manifests()), self.tenant)
+        if refusal is not None:
+            raise SettingsError(refusal)
         state = self.zone.state()
         self.previous_watermark = state.watermark
         full = self.full or needs_full_night(self.night_date, state.last_night)
@@ -562,6 +568,7 @@ class NightRun:
             self.summary.watermark,
             self.summary.clients,
             self.summary.stats(),
+            tenant=self.tenant,
         )
         self.summary.rows = {name: files.rows for name, files in manifest.tables.items()}
         self.summary.clients = manifest.clients_synced

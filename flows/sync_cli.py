@@ -60,7 +60,13 @@ def run_sync_cli(
     except OSError as exc:
         return _fail(f"cannot use the data dir {data_dir.root}: {exc.strerror or exc}", 2)
     night = night or dt.date.today()
-    refusal = check_night(night, LandingZone(data_dir).state().committed, dt.date.today(), force)
+    zone = LandingZone(data_dir)
+    refusal = check_night(night, zone.state().committed, dt.date.today(), force)
+    if refusal is None:  # a location whose manifests name another tenant is not this night's
+        from membersync.flows.tenants import explicit_tenant, foreign_tenant
+
+        owners = ((m.snapshot_date, m.tenant) for m in zone.manifests())
+        refusal = foreign_tenant(owners, explicit_tenant(os.environ))
     if refusal is not None:
         return _fail(refusal, 2)
     use_prefect = os.environ.get("MEMBERSYNC_PREFECT", "on").strip().lower() not in (

@@ -104,7 +104,7 @@ def assert_remote_exact(location: str) -> None:
     assert manifests, "no committed night in the bucket"
     for m in manifests:
         for name, files in m.tables.items():
-            rows, seen = 0, set()
+            rows, seen = 0, set[tuple[object, ...]]()
             for f in files.files:
                 assert f"landing/{f}" in keys, f"manifest {m.snapshot_date} names a missing object {f}"
                 table = store.read_table(f, BY_NAME[name].schema)
@@ -217,7 +217,7 @@ def test_two_commits_of_a_night_racing_on_s3_exactly_one_wins(
     errors = {k: v for k, v in results.items() if isinstance(v, Exception)}
     wins = {k: v for k, v in results.items() if not isinstance(v, Exception)}
     assert len(wins) == 1 and len(errors) == 1, results
-    (winner, manifest), (loser, error) = next(iter(wins.items())), next(iter(errors.items()))
+    (winner, manifest), (_, error) = next(iter(wins.items())), next(iter(errors.items()))
     text = str(error)
     assert f"night {NIGHT} was committed by another writer (run {manifest.run_id}" in text, text
     assert "not committing" in text

@@ -608,8 +608,12 @@ class Night:
 
     # -- commit ---------------------------------------------------------------------------------
 
-    def commit(self, watermark: str | None, clients_synced: int, stats: dict[str, Any]) -> Manifest:
-        """Publish every done batch and write the manifest (the commit); then save state, clean up."""
+    def commit(
+        self, watermark: str | None, clients_synced: int, stats: dict[str, Any], *, tenant: str | None = None
+    ) -> Manifest:
+        """Publish every done batch and write the manifest (the commit); then save state, clean up.
+
+        ``tenant``: the tenant the night ran as, recorded in the manifest (a tenants file's name)."""
         self._check_open("commit")
         try:
             json.dumps(stats)
@@ -654,6 +658,7 @@ class Night:
                 quarantine=TableFiles(tuple(quarantine_files), sum(by_table.values())),
                 quarantine_by_table=by_table,
                 stats=stats,
+                tenant=tenant,
             )
             self.zone.store.commit_manifest(manifest, self.base)
         except CommitConflict as exc:

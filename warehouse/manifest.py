@@ -18,7 +18,8 @@ Format (JSON)::
       "clients_synced": 1234,
       "tables": {"clients": {"files": ["clients/snapshot_date=.../part-...parquet"], "rows": 1234}},
       "quarantine": {"files": [...], "rows": 0, "by_table": {"memberships": 0}},
-      "stats": {...}                                     # the run summary (requests, retries, ...)
+      "stats": {...},                                    # the run summary (requests, retries, ...)
+      "tenant": "spa-north"                              # only when the night ran as a named tenant
     }
 
 File paths are relative to ``DATA_DIR/landing``.
@@ -57,6 +58,7 @@ class Manifest:
     quarantine: TableFiles = field(default_factory=lambda: TableFiles((), 0))
     quarantine_by_table: dict[str, int] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    tenant: str | None = None  # MEMBERSYNC_TENANT of the night (a tenants file's name), if any
 
     def to_json(self) -> str:
         body = {
@@ -75,6 +77,8 @@ class Manifest:
             },
             "stats": self.stats,
         }
+        if self.tenant is not None:
+            body["tenant"] = self.tenant
         return json.dumps(body, indent=2, sort_keys=False)
 
     @classmethod
@@ -95,6 +99,7 @@ class Manifest:
                 quarantine=TableFiles(tuple(quarantine.get("files", ())), int(quarantine.get("rows", 0))),
                 quarantine_by_table={k: int(v) for k, v in (quarantine.get("by_table") or {}).items()},
                 stats=raw.get("stats") or {},
+                tenant=str(raw["tenant"]) if raw.get("tenant") is not None else None,
             )
         except ManifestError:
             raise
