@@ -592,14 +592,16 @@ class NightRun:
         self.progress.phase("warehouse build")
         from membersync.warehouse.build import build_warehouse
         from membersync.warehouse.export import export_reports
+        from membersync.warehouse.morning import write_morning_report
         from membersync.warehouse.storage import publish_reports, refresh_mirror
 
         await asyncio.to_thread(refresh_mirror, self.data_dir)  # s3:// location: the committed files
         await asyncio.to_thread(build_warehouse, self.data_dir)
         paths = await asyncio.to_thread(export_reports, self.data_dir, self.night_date, None)
+        paths.append(await asyncio.to_thread(write_morning_report, self.data_dir, self.night_date))
         self.summary.reports = await asyncio.to_thread(publish_reports, self.data_dir, paths)
         csvs = sum(1 for p in paths if p.suffix == ".csv")
-        self.summary.build = f"ok ({csvs} reports and their workbook)"
+        self.summary.build = f"ok ({csvs} reports, their workbook and the morning report)"
 
     def _collect_stats(self) -> None:
         self.summary.duration_s = time.perf_counter() - self._started
