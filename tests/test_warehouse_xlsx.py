@@ -27,11 +27,11 @@ from membersync.extract.settings import ServiceSettings
 from membersync.flows.cli import SYSTEM_PACKAGES
 from membersync.flows.nightly import SyncOptions, run_night
 from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.export import REPORT_NAMES, export_reports, report_path, workbook_path
+from membersync.warehouse.export import REPORT_NAMES, REPORTS, export_reports, report_path, workbook_path
 from membersync.warehouse.paths import DataDir
 from openpyxl.worksheet.worksheet import Worksheet
 from pydantic import SecretStr
-from test_warehouse_export import STORE_REPORTS, land_scenario, read_csv
+from test_warehouse_export import land_scenario, read_csv
 
 NIGHT = sc.NIGHTS[1]
 SHEETS = {
@@ -42,10 +42,25 @@ SHEETS = {
     "revenue_by_store_day": "Revenue by store and day",
     "membership_status_daily": "Membership status daily",
     "top_debtors": "Top debtors",
+    "balance_aging_by_store": "Balance aging",
+    "membership_roll_forward": "Membership roll-forward",
+    "membership_roll_forward_monthly": "Membership roll-forward month",
+    "mrr_by_store": "MRR by store",
+    "churn_by_store_month": "Churn by store and month",
+    "store_scorecard": "Store scorecard",
 }
 MONEY = {"amount_owed", "credit_amount", "net_balance", "monthly_dues_total", "amount", "tax", "balance"}
-RATES = {"frozen_rate"}
-DATES = {"snapshot_date", "business_date", "last_payment_date"}
+MONEY |= {"owed_0_29", "owed_30_59", "owed_60_89", "owed_90_plus", "revenue_7d"}
+MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr"}
+# the scorecard's figures a week and a month earlier: empty here (the scenario has 3 nights)
+MONEY_COMPARED = {
+    f"{f}{w}" for f in ("mrr", "amount_owed", "owed_90_plus", "revenue_7d") for w in ("_week", "_month")
+}
+MONEY_COMPARED = {f"{name}_ago" for name in MONEY_COMPARED}
+MRR_FLOWS = {"new", "reactivated"}  # money in mrr_by_store, counts in membership_roll_forward
+RATES = {"frozen_rate", "churn_rate", "churn_rate_12m"}
+DATES = {"snapshot_date", "business_date", "last_payment_date", "month", "first_night"}
+DATES_COMPARED = {"week_ago_date", "month_ago_date"}
 BOOLEANS = {"eft_on_file"}
 TEXT = {"storecode", "store_name", "type", "status", "client_number", "client_name"}
 SOFFICE_TIMEOUT_S = 240
@@ -133,11 +148,12 @@ def test_money_rates_counts_and_dates_are_typed_and_formatted(workbook) -> None:
             if not cells:
                 continue
             seen.add(name)
-            if name in MONEY:
+            if name in MONEY | MONEY_COMPARED or (name in MRR_FLOWS and sheet.title == "MRR by store"):
                 assert all(isinstance(c.value, int | float) and c.number_format == "#,##0.00" for c in cells)
             elif name in RATES:
-                assert all(isinstance(c.value, float) and c.number_format == "0.0000" for c in cells)
-            elif name in DATES:
+                # a rate of exactly 0 (no cancellation) reads back as the integer 0
+                assert all(isinstance(c.value, int | float) and c.number_format == "0.0000" for c in cells)
+            elif name in DATES | DATES_COMPARED:
                 assert all(isinstance(c.value, dt.datetime) and c.is_date for c in cells), (sheet.title, name)
                 assert {c.number_format for c in cells} == {"yyyy-mm-dd"}
             elif name in BOOLEANS:
@@ -170,29 +186,46 @@ def test_header_frozen_bold_filtered_total_bold_widths_and_print_setup(workbook)
         # one page wide (1 is the file format's default, so it may be left out), any number tall
         assert (sheet.page_setup.fitToWidth or 1, sheet.page_setup.fitToHeight) == (1, 0)
         assert sheet.print_title_rows.replace("$", "") == "1:1"
-        last = sheet.max_row - (1 if name in STORE_REPORTS else 0)  # the filter leaves TOTAL out
+        totalled = REPORTS[name].total is not None
+        last = sheet.max_row - (1 if totalled else 0)  # the filter leaves TOTAL out
         assert sheet.auto_filter.ref == f"A1:{sheet.cell(1, len(header)).column_letter}{last}"
         body = list(sheet.iter_rows(min_row=2))
-        if name in STORE_REPORTS:
+        if totalled:
             *body, total = body
             assert total[header.index("storecode")].value == "TOTAL"
             assert all(c.font.b for c in total)
         assert not [c for row in body for c in row if c.font.b]
         for i, name_ in enumerate(header):
-            width = sheet.column_dimensions[sheet.cell(1, i + 1).column_letter].width
+            width = column_width(sheet, i + 1)
             longest = max([len(name_), *(len(shown(name_, r[i].value)) for r in sheet.iter_rows(min_row=2))])
             assert longest <= width <= max(longest + 8, 10), (title, name_, width)
+
+
+def is_money(name: str, value: Any, sheet_money: frozenset[str] = frozenset()) -> bool:
+    return name in MONEY | MONEY_COMPARED | sheet_money or (name in MRR_FLOWS and isinstance(value, float))
+
+
+def column_width(sheet: Worksheet, index: int) -> float:
+    """A column's width; xlsxwriter writes adjacent columns of one width as one range (min..max)."""
+    for dimension in sheet.column_dimensions.values():
+        if (
+            dimension.min is not None
+            and dimension.max is not None
+            and dimension.min <= index <= dimension.max
+        ):
+            return float(dimension.width)
+    return float(sheet.column_dimensions[sheet.cell(1, index).column_letter].width)
 
 
 def shown(name: str, value: Any) -> str:
     """The text a spreadsheet shows for a cell of the column (to check the column fits it)."""
     if value is None:
         return ""
-    if name in MONEY:
+    if is_money(name, value):
         return f"{value:,.2f}"
     if name in RATES:
         return f"{value:.4f}"
-    if name in DATES:
+    if name in DATES | DATES_COMPARED:
         return value.date().isoformat()
     if name in BOOLEANS:
         return "TRUE" if value else "FALSE"
@@ -202,15 +235,15 @@ def shown(name: str, value: Any) -> str:
 # --- the same values as the CSV --------------------------------------------------------------------
 
 
-def expected_csv_text(name: str, value: Any) -> str:
+def expected_csv_text(name: str, value: Any, sheet_money: frozenset[str] = frozenset()) -> str:
     """What the CSV holds for a sheet's value (text the CSV neutralises gets a leading ')."""
     if value is None:
         return ""
-    if name in MONEY:
+    if is_money(name, value, sheet_money):
         return str(Decimal(repr(value)).quantize(Decimal("0.01")))
     if name in RATES:
         return str(Decimal(repr(value)).quantize(Decimal("0.0001")))
-    if name in DATES:
+    if name in DATES | DATES_COMPARED:
         return value.date().isoformat()
     if name in BOOLEANS:
         return "true" if value else "false"
@@ -229,7 +262,8 @@ def test_each_sheet_holds_the_csvs_rows_in_order(exported, workbook, name: str) 
     assert len(sheet_rows) == len(csv_rows)
     header = csv_rows[0]
     for line, (sheet_row, csv_row) in enumerate(zip(sheet_rows[1:], csv_rows[1:], strict=True), start=2):
-        got = [expected_csv_text(col, v) for col, v in zip(header, sheet_row, strict=True)]
+        money = frozenset(MRR_FLOWS) if name == "mrr_by_store" else frozenset()
+        got = [expected_csv_text(col, v, money) for col, v in zip(header, sheet_row, strict=True)]
         assert got == csv_row, f"{name} line {line}"
         for col, cell in zip(header, csv_row, strict=True):
             if col in MONEY and cell:  # to the cent, as Decimals

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 TREND_NIGHTS = 90
 TOP_DEBTORS_SHOWN = 10
-CHART_WIDTH = 640
+CHART_WIDTH = 480  # scaled to the screen: small enough that a phone can read its text
 CHART_HEIGHT = 220
 # The scorecard's figures: (column, label, money?)
 FIGURES: tuple[tuple[str, str, bool], ...] = (
@@ -411,7 +411,8 @@ def _scorecard_html(table: ReportTable, names: dict[str, str]) -> str:
             month = _delta(now, values[f"{column}_month_ago"], money, "mo")
             out.append(
                 f"<td>{html.escape(_figure(now, money))}"
-                f'<span class="delta">{html.escape(week)} · {html.escape(month)}</span></td>'
+                f'<span class="delta">{html.escape(week)}</span>'
+                f'<span class="delta">{html.escape(month)}</span></td>'
             )
         out.append("</tr>")
     out.append("</tbody></table></div>")
