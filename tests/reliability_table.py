@@ -32,11 +32,13 @@ def render(results: Path, header: str = "") -> str:
             seconds = f" ({figures['seconds']} s)" if "seconds" in figures else ""
             rows[item["scenario"]] = item["result"] + seconds
     out = [header] if header else []
-    out += ["| # | Scenario | Measured result |", "|---|---|---|"]
+    out += ["| # | Scenario | Prefect | Measured result |", "|---|---|---|---|"]
     for name in sorted(rows, key=_order):
         number, _, title = name.partition(" ")
         cell = _TMP.sub("<tmp>", rows[name]).replace("|", "\\|")
-        out.append(f"| {number} | {title} | {cell} |")
+        prefect = "on" if "Prefect on" in name else "off"  # the scenarios say so in their name
+        title = title.replace(" (Prefect on)", "").replace(" with Prefect on", "")
+        out.append(f"| {number} | {title} | {prefect} | {cell} |")
     return "\n".join(out) + "\n"
 
 

@@ -740,3 +740,51 @@ def test_bad_configuration_one_line_exit_2_nothing_written(
         f"{len(cases)}/{len(cases)} cases exit 2 with one line, nothing written: "
         + "; ".join(f"{k}: '{v.removeprefix('error: ')[:70]}'" for k, v in lines.items()),
     )
+
+
+# --- 1-3 again, the way production runs: Prefect on -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_with_prefect_on_a_fault_storm_a_sigkill_and_a_crash_point_recover_exact(
+    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
+) -> None:
+    """The default path (Prefect's flow and tasks on its ephemeral server), once per scenario:
+    a fault storm night; a SIGKILL of the whole process group at a seeded random moment, then
+    the rerun; a crash at a named point (before the commit), then the rerun. Exact each time."""
+    sandbox = sandboxes(clients=60, seed=11, fault_rate=0.05, rate=150.0, burst=20.0)
+    ws = Workspace(tmp_root, sandbox.url, ANCHOR, batch_size=15, extra_env={"MEMBERSYNC_PREFECT": "on"})
+    first = ANCHOR - dt.timedelta(days=2)
+    storm = ws.sync(ws.argv(first), how="exec")
+    assert_ok(storm)
+    truth.assert_night_exact(sandbox, ws.data_dir, first)
+    faults = sum(sandbox.stats.faults[k] for k in ("error_500", "unavailable_503", "html_502", "dropped"))
+    assert faults > 0
+
+    second = ANCHOR - dt.timedelta(days=1)
+    touch_sandbox(sandbox, 5, salt=21)
+    moment = random.Random(20261123).uniform(0.3, 0.9) * storm.seconds
+    running = ws.start(ws.argv(second), how="exec")
+    time.sleep(moment)
+    running.kill_group()
+    running.wait(60)
+    health = inspect(ws.data_dir)
+    assert health.unreadable == [] and health.missing == [] and health.duplicate_keys == 0, health
+    truth.assert_night_exact(sandbox, ws.data_dir, first)  # readers still see the last whole night
+    assert_ok(ws.sync(ws.argv(second), how="exec"))
+    truth.assert_night_exact(sandbox, ws.data_dir, second)
+
+    touch_sandbox(sandbox, 5, salt=22)
+    crashing = ws.start(ws.argv(ANCHOR), how="exec", env=ws.env(MEMBERSYNC_CRASH_AT="before_commit"))
+    crashed = crashing.wait(600)
+    crashing.kill_group()  # the crash point kills the sync alone: its Prefect server is left over
+    assert crashed.status == -9, f"the crash point was not reached (exit {crashed.status})"
+    assert_ok(ws.sync(ws.argv(ANCHOR), how="exec"))
+    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
+    assert_clean(ws)
+    record(
+        "1-3 with Prefect on",
+        f"fault storm ({faults} faults) exact; SIGKILL at {moment:.1f} s then rerun exact; "
+        "crash before_commit then rerun exact; readers saw the last whole night after the kill",
+        seconds=round(storm.seconds, 1),
+    )
