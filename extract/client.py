@@ -194,6 +194,9 @@ class ClientOptions:
     wall_clock: Callable[[], float] = time.time
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
+    # Awaited before every attempt (retries too): a rate limit shared with other processes
+    # (e.g. a Prefect global rate limit, see membersync.flows.tenant_flow); None: none.
+    gate: Callable[[], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -550,6 +553,9 @@ class ServiceClient:
         success = False
         await self.concurrency.acquire()
         try:
+            gate = self.options.gate
+            if gate is not None:
+                await gate()
             await self.rate.wait_turn()
             started = self._clock()
             stats.requests += 1

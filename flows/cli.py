@@ -307,6 +307,17 @@ def tenants_check(
     raise typer.Exit(run_tenants_check(file, Console(highlight=False), err))
 
 
+@app.command()
+def deploy(
+    file: Annotated[str, typer.Argument(help="the tenants file (TOML)")],
+    pool: Annotated[str, typer.Option(help="the process work pool (created if missing)")] = "membersync",
+) -> None:
+    """Register one deployment per tenant on the Prefect server at PREFECT_API_URL (a process pool)."""
+    from membersync.flows.tenant_flow import run_deploy_cli
+
+    raise typer.Exit(run_deploy_cli(file, pool, Console(highlight=False), err))
+
+
 def _numbers(text: str, option: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",")]

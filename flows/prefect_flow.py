@@ -97,11 +97,16 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
     ``night`` defaults to today's date (this machine's local date); ``full`` lists every
     client and fetches whole histories. Returns the run summary (counts only).
     """
+    return await run_night_in_flow(night, full, SyncOptions.from_env())
+
+
+async def run_night_in_flow(night: dt.date | None, full: bool, options: SyncOptions) -> dict[str, Any]:
+    """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): settings
+    and data dir from the environment, the steps as tasks, the summary as artifacts."""
     from prefect.artifacts import acreate_table_artifact
 
     settings = ServiceSettings.from_env()
     data_dir = DataDir.from_env()
-    options = SyncOptions.from_env()
     factory = nightly.progress_factory
     progress = factory() if factory is not None else None
     run = NightRun(

@@ -1,0 +1,317 @@
+"""Many tenants on a Prefect work pool: ``membersync deploy`` and the flow each deployment runs.
+
+``membersync deploy TENANTS_FILE [--pool NAME]`` registers, on the Prefect server named by
+``PREFECT_API_URL``, a **process** work pool (created if missing) and one deployment of
+:func:`tenant_night` per tenant: the deployment's name is the tenant's name, its schedule the
+tenant's cron and timezone, its only parameters the tenant's name (and ``night``/``full``), its
+tags ``membersync`` and ``tenant:<name>``. The deployment's job variables carry the tenants
+file's path (``MEMBERSYNC_TENANTS_FILE``), never a credential. ``prefect worker start --pool
+NAME`` on any machine with membersync installed runs them (the entrypoint is the installed
+module ``membersync.flows.tenant_flow:tenant_night``, so no code storage is needed).
+
+On the worker, :func:`tenant_night` reads the tenants file, sets the tenant's ``MEMBERSYNC_*``
+settings (credentials read from the environment variables the file names, on the worker, or
+from the tenant's Prefect Secret block) and runs the ordinary night. Each tenant's night is its
+own flow run: one failing never blocks another.
+
+**One rate limit per tenant, shared by every worker.** A tenant with a known ``rate`` gets a
+Prefect global concurrency limit ``membersync-rate-<tenant>`` whose slots decay at ``rate`` per
+second (a token bucket held by the Prefect server). Every request of the tenant's night (retries
+too) first takes a slot through :class:`SharedRateGate`, which takes them from the server in
+chunks (:func:`chunk_for`: about four API calls per second per tenant, whatever its rate), so
+N workers calling the same tenant together stay under its rate. The client's own pacing
+(``MEMBERSYNC_RATE`` = the rate) still spaces each worker's requests evenly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from membersync.extract.settings import SettingsError
+from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
+from prefect import flow
+
+log = logging.getLogger(__name__)
+
+TENANTS_FILE_ENV = "MEMBERSYNC_TENANTS_FILE"
+DEFAULT_POOL = "membersync"
+FLOW_NAME = "membersync-tenant-night"
+ENTRYPOINT = "membersync.flows.tenant_flow:tenant_night"
+RATE_LIMIT_PREFIX = "membersync-rate-"
+# The tenant settings a night takes from the tenants file; a worker's own values are dropped.
+_TENANT_KEYS = (
+    "MEMBERSYNC_BASE_URL",
+    "MEMBERSYNC_USERNAME",
+    "MEMBERSYNC_PASSWORD",
+    "MEMBERSYNC_DATA_DIR",
+    "MEMBERSYNC_PROFILE",
+    "MEMBERSYNC_RATE",
+    "MEMBERSYNC_TENANT",
+)
+# Slots taken per call to the Prefect server: about this many calls per second per tenant.
+ACQUISITIONS_PER_SECOND = 4
+MAX_CHUNK = 50
+
+
+def rate_limit_name(tenant: str) -> str:
+    return f"{RATE_LIMIT_PREFIX}{tenant}"
+
+
+def chunk_for(rate: float) -> int:
+    """Slots taken per call to the Prefect server for a tenant limited to ``rate`` req/s."""
+    return max(1, min(MAX_CHUNK, int(rate / ACQUISITIONS_PER_SECOND)))
+
+
+def bucket_size(rate: float) -> int:
+    """The global limit's capacity: two chunks (a worker may hold one while another is taken)."""
+    return max(2, 2 * chunk_for(rate))
+
+
+class SharedRateGate:
+    """Awaited before each request (``ClientOptions.gate``): one slot of a shared rate limit.
+
+    Slots are taken from the Prefect server ``chunk`` at a time and spent locally, so the cost
+    is one API call per ``chunk`` requests. ``acquire`` takes ``n`` slots (default: Prefect's
+    ``rate_limit`` on the named global limit, strict: a missing limit fails the night rather
+    than running unlimited).
+    """
+
+    def __init__(
+        self, name: str, chunk: int, acquire: Callable[[int], Awaitable[None]] | None = None
+    ) -> None:
+        if chunk < 1:
+            raise ValueError("chunk must be >= 1")
+        self.name = name
+        self.chunk = chunk
+        self._acquire = acquire or self._prefect_acquire
+        self._tokens = 0
+        self._lock = asyncio.Lock()
+        self.acquisitions = 0  # calls to the server
+
+    async def _prefect_acquire(self, slots: int) -> None:
+        from prefect.concurrency.asyncio import rate_limit
+
+        await rate_limit(self.name, occupy=slots, strict=True)
+
+    async def __call__(self) -> None:
+        if self._tokens > 0:
+            self._tokens -= 1
+            return
+        async with self._lock:
+            if self._tokens <= 0:
+                await self._acquire(self.chunk)
+                self.acquisitions += 1
+                self._tokens += self.chunk
+            self._tokens -= 1
+
+
+# --- on the worker: one tenant's night ------------------------------------------------------------
+
+
+def find_tenant(name: str, environ: Mapping[str, str]) -> Tenant:
+    """The tenant ``name`` of the tenants file named by ``MEMBERSYNC_TENANTS_FILE``."""
+    path = environ.get(TENANTS_FILE_ENV, "").strip()
+    if not path:
+        raise SettingsError(f"missing setting {TENANTS_FILE_ENV} (the deployment's job variables set it)")
+    for tenant in load_tenants(path):
+        if tenant.name == name:
+            return tenant
+    raise SettingsError(f"tenants file {path}: no tenant {name!r}")
+
+
+async def tenant_env(tenant: Tenant, environ: Mapping[str, str]) -> dict[str, str]:
+    """The tenant's ``MEMBERSYNC_*`` settings, credentials resolved here (on the worker)."""
+    env = tenant.night_env(environ)
+    if tenant.credentials_block is not None:
+        from prefect.blocks.system import Secret
+
+        block: Any = await Secret.aload(tenant.credentials_block)
+        value = block.get()
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
+        if not (isinstance(value, dict) and value.get("username") and value.get("password")):
+            raise SettingsError(
+                f"tenant {tenant.name}: Secret block {tenant.credentials_block} must hold "
+                '{"username": ..., "password": ...}'
+            )
+        env["MEMBERSYNC_USERNAME"] = str(value["username"])
+        env["MEMBERSYNC_PASSWORD"] = str(value["password"])
+    cache = environ.get("MEMBERSYNC_CACHE_DIR", "").strip()
+    if cache:  # one working dir per tenant under a worker-wide cache dir
+        env["MEMBERSYNC_CACHE_DIR"] = str(Path(cache) / tenant.name)
+    return env
+
+
+@contextlib.contextmanager
+def tenant_environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with the tenant's settings (and no other tenant's), restored on exit."""
+    keys = set(_TENANT_KEYS) | set(env) | {"MEMBERSYNC_CACHE_DIR"}
+    saved = {k: os.environ.get(k) for k in keys}
+    for key in _TENANT_KEYS:
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@flow(name=FLOW_NAME, flow_run_name="{tenant}", persist_result=False, log_prints=False)
+async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
+    """One night of one tenant of the tenants file (``MEMBERSYNC_TENANTS_FILE``).
+
+    Only the tenant's *name* is a parameter; its service, credentials (by the environment
+    variable names or the Secret block the file gives) and data location are resolved here.
+    """
+    from membersync.extract.client import ClientOptions
+    from membersync.flows.nightly import SyncOptions, prepare_prefect_env
+    from membersync.flows.prefect_flow import run_night_in_flow
+
+    prepare_prefect_env()
+    found = find_tenant(tenant, os.environ)
+    env = await tenant_env(found, os.environ)
+    with tenant_environment(env):
+        options = SyncOptions.from_env()
+        gate = None
+        if found.rate is not None:
+            gate = SharedRateGate(rate_limit_name(found.name), chunk_for(found.rate))
+            client_options = replace(options.client_options or ClientOptions(), gate=gate)
+            options = replace(options, client_options=client_options)
+        log.info(
+            "tenant %s: night %s; shared rate limit %s",
+            found.name,
+            night or "today",
+            f"{rate_limit_name(found.name)} ({found.rate:g} req/s)" if found.rate else "none",
+        )
+        try:
+            return await run_night_in_flow(night, full, options)
+        finally:
+            if gate is not None:
+                log.info("tenant %s: %d slot acquisitions of %d", found.name, gate.acquisitions, gate.chunk)
+
+
+# --- membersync deploy ----------------------------------------------------------------------------
+
+
+async def deploy_tenants(tenants_file: Path, tenants: list[Tenant], pool: str) -> list[str]:
+    """Create the pool if missing, the tenants' rate limits, one deployment per tenant.
+
+    Returns one line per thing done. Needs ``PREFECT_API_URL`` (and ``PREFECT_API_AUTH_STRING``
+    when the server requires basic auth)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import (
+        GlobalConcurrencyLimitCreate,
+        GlobalConcurrencyLimitUpdate,
+        WorkPoolCreate,
+    )
+    from prefect.deployments.runner import RunnerDeployment
+    from prefect.exceptions import ObjectNotFound
+    from prefect.schedules import Cron
+    from prefect.types.entrypoint import EntrypointType
+
+    done = []
+    async with get_client() as client:
+        try:
+            await client.read_work_pool(pool)
+            done.append(f"work pool {pool}: exists")
+        except ObjectNotFound:
+            await client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+            done.append(f"work pool {pool}: created (process)")
+        for tenant in tenants:
+            if tenant.rate is None:
+                continue
+            name = rate_limit_name(tenant.name)
+            size = bucket_size(tenant.rate)
+            try:
+                await client.read_global_concurrency_limit_by_name(name)
+                await client.update_global_concurrency_limit(
+                    name,
+                    GlobalConcurrencyLimitUpdate(limit=size, slot_decay_per_second=tenant.rate, active=True),
+                )
+            except ObjectNotFound:
+                await client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(
+                        name=name, limit=size, slot_decay_per_second=tenant.rate, active=True
+                    )
+                )
+            done.append(f"rate limit {name}: {tenant.rate:g} req/s, bucket {size}")
+    for tenant in tenants:
+        deployment = RunnerDeployment.from_flow(
+            tenant_night,
+            name=tenant.name,
+            schedules=[Cron(tenant.schedule, timezone=tenant.timezone)],
+            parameters={"tenant": tenant.name},
+            tags=["membersync", f"tenant:{tenant.name}"],
+            description=f"membersync: the night of tenant {tenant.name}",
+            job_variables={"env": {TENANTS_FILE_ENV: str(tenants_file)}},
+            entrypoint_type=EntrypointType.MODULE_PATH,
+            concurrency_limit=1,  # one night of a tenant at a time (its data dir's lock agrees)
+        )
+        await deployment.aapply(work_pool_name=pool)
+        done.append(
+            f"deployment {FLOW_NAME}/{tenant.name}: cron {tenant.schedule!r} {tenant.timezone}, pool {pool}"
+        )
+    return done
+
+
+def run_deploy_cli(path: str, pool: str, out: Any, err: Any) -> int:
+    """``membersync deploy``: 0 and one line per thing registered; 2 on bad input; 1 if the
+    server refused."""
+    if not os.environ.get("PREFECT_API_URL", "").strip():
+        err.print(
+            "[bold red]error:[/] PREFECT_API_URL is not set (the Prefect server to register on; "
+            "with basic auth also PREFECT_API_AUTH_STRING)",
+            soft_wrap=True,
+        )
+        return 2
+    try:
+        tenants = load_tenants(path)
+    except TenantsFileError as exc:
+        for line in exc.errors:
+            err.print(f"[bold red]error:[/] {line}", soft_wrap=True, markup=True, highlight=False)
+        return 2
+    from membersync.flows.nightly import prepare_prefect_env
+
+    prepare_prefect_env()
+    try:
+        lines = asyncio.run(deploy_tenants(Path(path).resolve(), tenants, pool))
+    except Exception as exc:  # the server refused or cannot be reached: one line
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        err.print(f"[bold red]error:[/] deploy failed: {text}", soft_wrap=True, markup=True, highlight=False)
+        return 1
+    for line in lines:
+        out.print(line, soft_wrap=True, markup=False, highlight=False)
+    out.print(
+        f"ok: {len(tenants)} deployment(s); start workers with: prefect worker start --pool {pool}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
+__all__ = [
+    "ENTRYPOINT",
+    "FLOW_NAME",
+    "SharedRateGate",
+    "bucket_size",
+    "chunk_for",
+    "deploy_tenants",
+    "rate_limit_name",
+    "run_deploy_cli",
+    "tenant_night",
+]
