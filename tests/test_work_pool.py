@@ -31,8 +31,6 @@ from membersync.flows.tenant_flow import FLOW_NAME, bucket_size, chunk_for, rate
 from membersync.warehouse.paths import DataDir
 from truth import assert_night_exact
 
-pytestmark = pytest.mark.slow
-
 BIN = Path(sys.executable).parent
 NIGHT = dt.datetime.now(dt.UTC).date()
 AUTH = "ops:correct-horse-battery"
@@ -167,6 +165,27 @@ def run_pair(env: dict[str, str], gated: bool, n: int) -> list[str]:
     return outs
 
 
+def test_shared_rate_gate_takes_slots_in_chunks() -> None:
+    from membersync.flows.tenant_flow import SharedRateGate
+
+    taken: list[int] = []
+
+    async def acquire(slots: int) -> None:
+        await asyncio.sleep(0.01)
+        taken.append(slots)
+
+    async def main() -> None:
+        gate = SharedRateGate("membersync-rate-x", 10, acquire)
+        await asyncio.gather(*(gate() for _ in range(95)))
+        assert gate.acquisitions == 10
+
+    asyncio.run(main())
+    assert taken == [10] * 10
+    assert [chunk_for(r) for r in (0.5, 4, 25, 100, 1000)] == [1, 1, 6, 25, 50]
+    assert bucket_size(0.5) == 2 and bucket_size(100) == 50
+
+
+@pytest.mark.slow
 def test_tenants_on_a_work_pool(
     tmp_path: Path, procs: Procs, fresh_sandbox: Callable[..., RunningSandbox]
 ) -> None:
