@@ -346,7 +346,13 @@ def test_prefect_flow_runs_a_task_per_batch_and_publishes_a_summary_artifact(
             )
             return runs, artifacts, flow_run
 
+    # Task runs reach Prefect's database through its event pipeline, a moment after the flow run
+    # ends (longer on a busy machine): wait for them rather than read too early.
+    deadline = time.monotonic() + 60
     runs, artifacts, flow_run = asyncio.run(inspect())
+    while len(runs) < 5 + 4 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        runs, artifacts, flow_run = asyncio.run(inspect())
     names = sorted(r.name for r in runs)
     assert sum(n.startswith("batch-") for n in names) == 5  # one task run per batch, not per client
     assert len(runs) == 5 + 4
