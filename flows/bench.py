@@ -175,6 +175,7 @@ def child_main(prefect: bool) -> int:
     if prefect:
         os.environ["MEMBERSYNC_BUILD"] = "off"
         nightly.prepare_prefect_env()
+        from membersync.flows import prefect_flow
         from prefect import flow
 
         @flow(name="membersync-bench-warmup", persist_result=False)
@@ -183,7 +184,7 @@ def child_main(prefect: bool) -> int:
 
         warm_up()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        result = asyncio.run(nightly.nightly_sync(night=night, full=True))
+        result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         summary = nightly.summary_from_flow_result(result)
         task_runs = summary.batches + 4  # configuration, discovery, commit, build

@@ -54,10 +54,12 @@ def run_demo(clients: int = 300) -> int:
         )
         out.print("starting Prefect's ephemeral server (takes a few seconds) ...")
         nightly.prepare_prefect_env()
+        from membersync.flows import prefect_flow
+
         bar = RichProgress(err)
         nightly.progress_factory = lambda: bar
         try:
-            result = asyncio.run(nightly.nightly_sync(night=night, full=True))
+            result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         except Exception as exc:
             bar.close()
             err.print(f"[bold red]error:[/] the demo night failed: {nightly.unwrap(exc)}")

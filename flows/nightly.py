@@ -3,12 +3,14 @@
 Two ways to run the same steps:
 
 * :func:`run_night` — a plain function (no Prefect), for tests, the benchmark and embedding.
-* ``nightly_sync`` — the Prefect 3 flow (in :mod:`membersync.flows.prefect_flow`, also reachable
-  here): one task for configuration, one for discovery, one task **per batch** of clients (a
-  few hundred clients each, so 100,000 clients are a few hundred task runs), one for the
+* ``nightly_sync`` — the Prefect 3 flow (in :mod:`membersync.flows.prefect_flow`): one task for
+  configuration, one for discovery, one task **per batch** of clients (a few hundred clients
+  each, so 100,000 clients are a few hundred task runs), one for the self-audit, one for the
   commit and one for the warehouse build.
 
-Both drive a :class:`NightRun` through :func:`drive`. The run holds the one
+Both drive a :class:`NightRun` through :func:`drive`, whose steps are NightRun's methods, called
+by name through a step runner: directly (:func:`direct_steps`) or as task runs
+(``prefect_flow.task_steps``). The run holds the one
 :class:`~membersync.extract.client.ServiceClient` of the night (one connection pool, one
 rate limiter); Prefect tasks reach it through the module-level run registry by a run key,
 never as a parameter, so credentials and data never become Prefect parameters or results
@@ -39,10 +41,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from membersync.extract.settings import ServiceSettings, SettingsError
 from membersync.flows import audit as A
@@ -641,41 +643,21 @@ class BuildFailed(RuntimeError):
     """The night is committed (its data is safe), but the warehouse build or export failed."""
 
 
-class Steps(Protocol):
-    """How :func:`drive` runs each step: directly, or as a Prefect task."""
-
-    async def config(self) -> None: ...
-    async def discover(self) -> list[str]: ...
-    async def batch(self, batch_id: str) -> None: ...
-    async def audit(self) -> list[str]: ...
-    async def commit(self) -> None: ...
-    async def build(self) -> None: ...
+# How drive() runs each step: a step is one of NightRun's step methods, named; the runner calls
+# it directly (:func:`direct_steps`) or as a Prefect task run (prefect_flow.task_steps).
+StepRunner = Callable[..., Awaitable[Any]]
 
 
-class DirectSteps:
-    def __init__(self, run: NightRun) -> None:
-        self.run = run
+def direct_steps(run: NightRun) -> StepRunner:
+    """Run each step as a plain method call of ``run``."""
 
-    async def config(self) -> None:
-        await self.run.land_config()
+    async def step(name: str, *args: Any) -> Any:
+        return await getattr(run, name)(*args)
 
-    async def discover(self) -> list[str]:
-        return await self.run.discover()
-
-    async def batch(self, batch_id: str) -> None:
-        await self.run.land_batch(batch_id)
-
-    async def audit(self) -> list[str]:
-        return await self.run.audit()
-
-    async def commit(self) -> None:
-        await self.run.commit()
-
-    async def build(self) -> None:
-        await self.run.build()
+    return step
 
 
-async def drive(run: NightRun, steps: Steps) -> RunSummary:
+async def drive(run: NightRun, step: StepRunner) -> RunSummary:
     """The night's steps in order; batches ``batches_in_flight`` at a time. The caller holds the lock.
 
     The first failing batch cancels the others (a TaskGroup) and fails the night; what was
@@ -683,13 +665,13 @@ async def drive(run: NightRun, steps: Steps) -> RunSummary:
     """
     try:
         await run.open()
-        await steps.config()
-        pending = await steps.discover()
+        await step("land_config")
+        pending = await step("discover")
         slots = asyncio.Semaphore(run.options.batches_in_flight)
 
         async def one(batch_id: str) -> None:
             async with slots:
-                await steps.batch(batch_id)
+                await step("land_batch", batch_id)
 
         run.progress.phase("clients")
         async with asyncio.TaskGroup() as group:
@@ -697,11 +679,11 @@ async def drive(run: NightRun, steps: Steps) -> RunSummary:
                 group.create_task(one(batch_id))
         # The self-audit (incremental nights); with heal=now, the clients that differed are
         # synced tonight in extra batches before the commit.
-        healing = await steps.audit() if run.summary.mode == "incremental" else []
+        healing = await step("audit") if run.summary.mode == "incremental" else []
         async with asyncio.TaskGroup() as group:
             for batch_id in healing:
                 group.create_task(one(batch_id))
-        await steps.commit()
+        await step("commit")
     except BaseException as exc:
         run.summary.status = "failed"
         run.summary.error = _one_line(exc)
@@ -710,7 +692,7 @@ async def drive(run: NightRun, steps: Steps) -> RunSummary:
         run.progress.close()
         await run.close()
     try:
-        await steps.build()
+        await step("build")
     except Exception as exc:
         run.summary.build = f"failed: {_one_line(exc)}"
         raise BuildFailed(
@@ -749,7 +731,7 @@ async def arun_night(
     with holding_lock(data_dir) as zone:
         run = NightRun(settings, data_dir, night, full=full, options=options, progress=progress, zone=zone)
         try:
-            return await drive(run, DirectSteps(run))
+            return await drive(run, direct_steps(run))
         except BaseExceptionGroup as group:
             raise unwrap(group) from None
 
@@ -772,23 +754,13 @@ def run_night(
     return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
 
 
-# --- Prefect (in membersync.flows.prefect_flow, imported on first use) -------------------------------
-# Importing Prefect takes seconds; `membersync sync` checks settings and the lock before it pays
-# that. ``membersync.flows.nightly.nightly_sync`` (the contract's name) still works.
+# --- what the Prefect flow (membersync.flows.prefect_flow) needs from here -------------------------
+# Importing Prefect takes seconds: `membersync sync` checks settings, the lock and the service
+# before it pays that, so this module never imports it.
 
-_PREFECT_NAMES = frozenset(
-    {
-        "nightly_sync",
-        "PrefectSteps",
-        "SUMMARY_ARTIFACT_KEY",
-        "config_task",
-        "discovery_task",
-        "batch_task",
-        "audit_task",
-    }
-)
 # Runs of this process, by key: how Prefect tasks reach their NightRun (and its client, which
-# holds the credentials) without either becoming a task parameter.
+# holds the credentials) without either becoming a task parameter. Prefect forces this one
+# global: a task's parameters are recorded by its server, so the run itself cannot be one.
 RUNS: dict[str, NightRun] = {}
 # Set by the CLI and the demo before they call the flow (a progress bar is not a flow parameter).
 progress_factory: Any = None
@@ -806,14 +778,6 @@ def prepare_prefect_env() -> None:
     """Apply :data:`PREFECT_ENV_DEFAULTS` to the environment; call before importing Prefect."""
     for key, value in PREFECT_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _PREFECT_NAMES:
-        from membersync.flows import prefect_flow
-
-        return getattr(prefect_flow, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def with_queued(discovery: B.Discovery, queued: list[dict[str, Any]]) -> B.Discovery:

@@ -20,7 +20,7 @@ from typing import Any
 
 from membersync.extract.settings import ServiceSettings
 from membersync.flows import nightly
-from membersync.flows.nightly import NightRun, SyncOptions, drive, holding_lock, unwrap
+from membersync.flows.nightly import NightRun, StepRunner, SyncOptions, drive, holding_lock, unwrap
 from membersync.warehouse.paths import DataDir
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -62,29 +62,25 @@ async def build_task(run_key: str) -> None:
     await nightly.RUNS[run_key].build()
 
 
-class PrefectSteps:
-    """Each step as a Prefect task run, all on the flow's event loop (so one client serves all)."""
+# The steps of NightRun (by method name) as the task runs that execute them.
+TASKS = {
+    "land_config": config_task,
+    "discover": discovery_task,
+    "land_batch": batch_task,
+    "audit": audit_task,
+    "commit": commit_task,
+    "build": build_task,
+}
 
-    def __init__(self, run_key: str) -> None:
-        self.key = run_key
 
-    async def config(self) -> None:
-        await config_task(self.key)
+def task_steps(run_key: str) -> StepRunner:
+    """Run each step of a night as its Prefect task run, on the flow's event loop (so the one
+    client of the night serves every batch)."""
 
-    async def discover(self) -> list[str]:
-        return await discovery_task(self.key)
+    async def step(name: str, *args: Any) -> Any:
+        return await TASKS[name](run_key, *args)
 
-    async def batch(self, batch_id: str) -> None:
-        await batch_task(self.key, batch_id)
-
-    async def audit(self) -> list[str]:
-        return await audit_task(self.key)
-
-    async def commit(self) -> None:
-        await commit_task(self.key)
-
-    async def build(self) -> None:
-        await build_task(self.key)
+    return step
 
 
 SUMMARY_ARTIFACT_KEY = "membersync-night-summary"
@@ -118,7 +114,7 @@ async def run_night_in_flow(night: dt.date | None, full: bool, options: SyncOpti
         with holding_lock(data_dir) as zone:
             run.zone = zone
             try:
-                summary = await drive(run, PrefectSteps(key))
+                summary = await drive(run, task_steps(key))
             except BaseExceptionGroup as group:
                 raise unwrap(group) from None
     finally:
