@@ -200,11 +200,13 @@ def _run(
     bar.phase("starting Prefect")
     nightly.prepare_prefect_env()
     from membersync.flows import prefect_flow  # imports Prefect, which sets up its logging
+    from membersync.flows.prefect_api import night_api
 
     logfile.quiet_console()  # Prefect's console handlers would break the bar and the one-line errors
     nightly.progress_factory = lambda: bar
     try:
-        result: dict[str, Any] = run_until_signal(prefect_flow.nightly_sync(night=night, full=full), say)
+        with night_api():  # PREFECT_API_URL's server, else a local one (without importing it here)
+            result: dict[str, Any] = run_until_signal(prefect_flow.nightly_sync(night=night, full=full), say)
     finally:
         nightly.progress_factory = None
     return nightly.summary_from_flow_result(result)
