@@ -20,6 +20,14 @@ class SettingsError(ValueError):
     """A setting is missing or malformed; the message names it (and never shows a secret)."""
 
 
+class UsageError(Exception):
+    """Bad input on the command line (an argument, a night, a report name): one line, exit 2.
+
+    Declared here, beside SettingsError, so that every command group's module raises the same
+    error without importing another command group's module.
+    """
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     base_url: str

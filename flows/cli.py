@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
+from membersync.extract.settings import UsageError
 from rich.console import Console
 
 app = typer.Typer(
@@ -30,10 +31,6 @@ app = typer.Typer(
 err = Console(stderr=True, highlight=False)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
-
-
-class UsageError(Exception):
-    """Bad input: one line, exit code 2."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

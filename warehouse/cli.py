@@ -1,7 +1,7 @@
 """What ``membersync reports`` and ``membersync sql`` do (the typer wiring is in ``flows/cli.py``).
 
 Exit codes as everywhere in the CLI: 0 success, 1 the build failed (a check), 2 bad input (data
-dir, night, report name, SQL). Bad input raises ``membersync.flows.cli.UsageError`` (one line on
+dir, night, report name, SQL). Bad input raises ``membersync.extract.settings.UsageError`` (one line on
 stderr, exit 2, printed by the CLI's ``guarded``).
 """
 
@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import duckdb
+from membersync.extract.settings import UsageError
 from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
 from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.landing import AlreadyRunning, LandingZone
@@ -32,8 +33,6 @@ log = logging.getLogger(__name__)
 
 
 def _usage_error(message: str) -> Exception:
-    from membersync.flows.cli import UsageError
-
     return UsageError(message)
 
 

@@ -486,7 +486,7 @@ def render_html(data: MorningData) -> str:
 
 def run_report_html_cli(night: dt.date | None) -> int:
     """Write the morning report of ``night`` (default: the newest) from the warehouse as built."""
-    from membersync.flows.cli import UsageError
+    from membersync.extract.settings import UsageError
     from rich.console import Console
 
     data_dir = DataDir.from_env()
