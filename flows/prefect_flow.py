@@ -63,7 +63,7 @@ async def build_task(run_key: str) -> None:
 
 
 # The steps of NightRun (by method name) as the task runs that execute them.
-TASKS = {
+TASKS: dict[str, Any] = {
     "land_config": config_task,
     "discover": discovery_task,
     "land_batch": batch_task,

@@ -264,7 +264,7 @@ def _tenant(
     )
 
 
-def foreign_tenant(manifest_tenants: Iterable[tuple[str, str | None]], tenant: str | None) -> str | None:
+def foreign_tenant(manifest_tenants: Iterable[tuple[object, str | None]], tenant: str | None) -> str | None:
     """Why a night of ``tenant`` must not write where these manifests are ((night, tenant) pairs),
     or None. Manifests without a tenant (a single-tenant setup) belong to nobody in particular."""
     for night, owner in manifest_tenants:
