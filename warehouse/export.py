@@ -27,7 +27,7 @@ import datetime as dt
 import io
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -227,12 +227,12 @@ def workbook_path(data_dir: DataDir, night: dt.date) -> Path:
     return data_dir.reports / night.isoformat() / f"reports_{night.isoformat()}.xlsx"
 
 
-def export_reports(
-    data_dir: DataDir, night: dt.date | None = None, reports: list[str] | None = None
-) -> list[Path]:
-    """Write the CSVs and the workbook of ``night`` (default: the newest night of the warehouse);
-    return their paths, the workbook last."""
-    names = check_report_names(reports)
+@contextlib.contextmanager
+def open_at_night(
+    data_dir: DataDir, night: dt.date | None
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, dt.date]]:
+    """The warehouse opened read-only, and ``night`` checked against its nights (default: the
+    newest); an ExportError (one line) when there is no warehouse or no such night."""
     if not data_dir.warehouse_db.is_file():
         raise ExportError(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
     with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
@@ -246,6 +246,16 @@ def export_reports(
                 f"night {night.isoformat()} is not in the warehouse (committed nights: "
                 f"{nights[0].isoformat()} .. {nights[-1].isoformat()}, {len(nights)} in all)"
             )
+        yield con, night
+
+
+def export_reports(
+    data_dir: DataDir, night: dt.date | None = None, reports: list[str] | None = None
+) -> list[Path]:
+    """Write the CSVs and the workbook of ``night`` (default: the newest night of the warehouse);
+    return their paths, the workbook last."""
+    names = check_report_names(reports)
+    with open_at_night(data_dir, night) as (con, night):
         tables = [read_report(con, REPORTS[name], night) for name in names]
     written = []
     for table in tables:

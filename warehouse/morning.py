@@ -16,7 +16,6 @@ compares, ``reports.top_debtors``, ``reports.revenue_by_store_day``), opened rea
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import html
 import json
@@ -30,7 +29,7 @@ from typing import Any
 import duckdb
 from membersync.warehouse import freshness as fresh
 from membersync.warehouse.atomic import write_file_atomic
-from membersync.warehouse.export import REPORTS, ExportError, ReportTable, read_report
+from membersync.warehouse.export import REPORTS, ExportError, ReportTable, open_at_night, read_report
 from membersync.warehouse.manifest import read_manifest
 from membersync.warehouse.paths import DataDir
 
@@ -97,19 +96,7 @@ def write_morning_report(
 def read_morning_data(
     data_dir: DataDir, night: dt.date | None = None, *, now: dt.datetime | None = None
 ) -> MorningData:
-    if not data_dir.warehouse_db.is_file():
-        raise ExportError(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
-    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
-        con.execute("SET TimeZone = 'UTC'")
-        nights = [r[0] for r in con.execute("SELECT snapshot_date FROM meta.nights ORDER BY 1").fetchall()]
-        if not nights:
-            raise ExportError(f"the warehouse {data_dir.warehouse_db} holds no night")
-        night = night or nights[-1]
-        if night not in nights:
-            raise ExportError(
-                f"night {night.isoformat()} is not in the warehouse (committed nights: "
-                f"{nights[0].isoformat()} .. {nights[-1].isoformat()}, {len(nights)} in all)"
-            )
+    with open_at_night(data_dir, night) as (con, night):
         scorecard = read_report(con, REPORTS["store_scorecard"], night)
         names = {
             str(r[0]): str(r[1])
