@@ -49,6 +49,7 @@ from typing import Any
 from membersync.extract.settings import ServiceSettings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
+from membersync.flows import nightgc
 from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.atomic import write_json_atomic
@@ -663,6 +664,7 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
     The first failing batch cancels the others (a TaskGroup) and fails the night; what was
     written stays in staging, and the next run of the same night resumes from there.
     """
+    gc_thresholds = nightgc.tune()  # a night allocates per request: fewer, larger young collections
     try:
         await run.open()
         await step("land_config")
@@ -689,6 +691,7 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
         run.summary.error = _one_line(exc)
         raise
     finally:
+        nightgc.restore(gc_thresholds)
         run.progress.close()
         await run.close()
     try:
