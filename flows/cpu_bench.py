@@ -1,0 +1,148 @@
+"""Our CPU per request as a marginal, and Prefect's fixed cost per night (issue 12).
+
+::
+
+    python -m membersync.flows.cpu_bench marginal --sizes 1000,4000 --runs 3
+    python -m membersync.flows.cpu_bench prefect --runs 3 [--prefect-home DIR]
+
+``marginal``: for each size, a sandbox of that many clients in its own process and full nights
+with Prefect off in child processes (:func:`membersync.flows.bench.run_child`); the marginal CPU
+per request is (least CPU of the large night - least CPU of the small) / (request difference),
+so fixed costs (imports, start-up, the configuration) cancel.
+
+``prefect``: ``membersync sync`` (the default path, Prefect on; ``MEMBERSYNC_BUILD=off``) on a
+20-client sandbox, and the same with ``MEMBERSYNC_PREFECT=off``. Reports the wall time and the
+CPU of the whole process tree (the command and its children, e.g. Prefect's server) when the
+night's first data request starts (the configuration step), and for the whole command.
+``--prefect-home`` reuses one PREFECT_HOME (a warm database, as night after night); without it
+each run gets a fresh one (a first night: database migrations included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from membersync.flows.bench import PASSWORD, USERNAME, Measured, run_child, sandbox_process
+
+# Run in the measured `membersync sync` process: records wall time and the process tree's CPU
+# when the night's configuration step (its first data request) starts.
+_FIRST_REQUEST_HOOK = r"""
+import json, os, sys, time
+T0 = time.monotonic()
+TICK = os.sysconf("SC_CLK_TCK")
+
+def tree_cpu():
+    procs = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                f = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            procs[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]) / TICK)
+    cpu, todo = [], [os.getpid()]
+    while todo:
+        p = todo.pop()
+        if p in procs:
+            cpu.append(procs[p][1])
+        todo.extend(c for c, (pp, _) in procs.items() if pp == p)
+    return cpu
+
+from membersync.flows import nightly
+original = nightly.NightRun.land_config
+async def land_config(self):
+    cpu = tree_cpu()
+    with open(os.environ["MEMBERSYNC_CPU_BENCH_OUT"], "w") as fh:
+        json.dump({"wall_s": time.monotonic() - T0, "tree_cpu_s": sum(cpu), "per_process": cpu}, fh)
+    return await original(self)
+nightly.NightRun.land_config = land_config
+sys.argv = ["membersync", "sync", "--no-progress"]
+from membersync.flows.cli import main
+main()
+"""
+
+
+def marginal(sizes: list[int], runs: int) -> float:
+    best: dict[int, Measured] = {}
+    for size in sizes:
+        with sandbox_process(size) as url:
+            for _ in range(runs):
+                got = run_child(url, prefect=False, timeout=6 * 3600)
+                print(  # noqa: T201 - a benchmark's report
+                    f"{size:,} clients: {got.requests:,} requests, {got.cpu_s:.2f} s CPU, "
+                    f"{got.wall_s:.1f} s wall, peak RSS {got.peak_rss_mb:,.0f} MB"
+                )
+                if size not in best or got.cpu_s < best[size].cpu_s:
+                    best[size] = got
+    small, large = best[sizes[0]], best[sizes[-1]]
+    per_request = 1000 * (large.cpu_s - small.cpu_s) / (large.requests - small.requests)
+    print(  # noqa: T201
+        f"marginal CPU per request {sizes[0]:,} -> {sizes[-1]:,} clients (least of {runs}): "
+        f"{per_request:.3f} ms"
+    )
+    return per_request
+
+
+def prefect_fixed(runs: int, prefect_home: str | None) -> None:
+    with sandbox_process(20) as url:
+        for mode in ("on", "off"):
+            for _ in range(runs):
+                with tempfile.TemporaryDirectory(prefix="membersync-cpu-bench-") as tmp:
+                    out = Path(tmp) / "first.json"
+                    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+                    env.update(
+                        MEMBERSYNC_BASE_URL=url,
+                        MEMBERSYNC_USERNAME=USERNAME,
+                        MEMBERSYNC_PASSWORD=PASSWORD,
+                        MEMBERSYNC_DATA_DIR=str(Path(tmp) / "data"),
+                        MEMBERSYNC_BUILD="off",
+                        MEMBERSYNC_PREFECT=mode,
+                        MEMBERSYNC_CPU_BENCH_OUT=str(out),
+                        PREFECT_HOME=prefect_home or str(Path(tmp) / "prefect"),
+                    )
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    started = time.monotonic()
+                    proc = subprocess.run(
+                        [sys.executable, "-c", _FIRST_REQUEST_HOOK], env=env, capture_output=True, text=True
+                    )
+                    wall = time.monotonic() - started
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"sync failed ({proc.returncode}): {proc.stderr[-800:]}")
+                    first = json.loads(out.read_text())
+                    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                    print(  # noqa: T201
+                        f"Prefect {mode}: before the first request {first['wall_s']:.1f} s wall, "
+                        f"{first['tree_cpu_s']:.2f} s CPU (per process: "
+                        f"{', '.join(f'{c:.2f}' for c in first['per_process'])}); whole command "
+                        f"{wall:.1f} s wall, {cpu:.2f} s CPU"
+                    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m membersync.flows.cpu_bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("marginal", help="marginal CPU per request between night sizes, Prefect off")
+    m.add_argument("--sizes", default="1000,4000")
+    m.add_argument("--runs", type=int, default=3)
+    p = sub.add_parser("prefect", help="Prefect's fixed cost before the first request")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--prefect-home", default=None)
+    args = parser.parse_args(argv)
+    if args.command == "marginal":
+        marginal([int(s) for s in args.sizes.split(",")], args.runs)
+    else:
+        prefect_fixed(args.runs, args.prefect_home)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
