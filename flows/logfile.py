@@ -33,13 +33,17 @@ def start(data_dir: DataDir, stem: str) -> Path:
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(redact.RedactingFilter())
-    handler.setLevel(logging.INFO)
     _handler = handler
     root = logging.getLogger()
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    for chatty in NOISY_LOGGERS:  # a line per HTTP request would make a night's log gigabytes
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    debugging = root.level and root.level <= logging.DEBUG  # someone asked for DEBUG: keep it
+    if not debugging:
+        root.setLevel(logging.INFO)
+        handler.setLevel(logging.INFO)
+        for chatty in NOISY_LOGGERS:  # a line per HTTP request would make a night's log gigabytes
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+    else:
+        handler.setLevel(logging.DEBUG)
     quiet_console()
     return path
 
