@@ -127,13 +127,15 @@ def test_fault_storm_night_is_exact_and_retries_bounded(
     limited = sandbox.stats.rate_limited
     attempts, retries = int(stats["requests"]), int(stats["retries"])
     logical = attempts - retries
-    # aiohttp re-sends an idempotent request once, by itself, when the server dropped a reused
-    # keep-alive connection: those sends reach the server but are not attempts of our client.
-    resent = sandbox.stats.requests - attempts
+    # Sends the night's client did not count: the CLI's probe before the night (one storelist
+    # GET on its own client, retried like any request), and the re-sends aiohttp makes by itself
+    # when the server dropped a reused keep-alive connection.
+    extra = sandbox.stats.requests - attempts
+    resent = extra - 1  # at most: the probe's own retries are among these
     assert injected > 0 and limited > 0, (dict(faults), limited)
-    assert 0 <= resent <= faults["dropped"], (resent, dict(faults))
-    # Every failed send was a fault or a 429 and was retried (by our client, or once by aiohttp
-    # for a dropped connection); a request retried more than max_retries would fail the night.
+    assert 0 <= resent, (extra, dict(faults))
+    # Every failed send was a fault or a 429 and was sent again (by a client's retry, or once by
+    # aiohttp for a dropped connection); a request retried more than max_retries fails the night.
     assert retries + resent == injected + limited, (retries, resent, injected, limited)
     assert retries <= 5 * logical
     record(
