@@ -43,7 +43,7 @@ from membersync.warehouse import catalog as cat
 from membersync.warehouse import dbt_run
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import Manifest, read_manifests
-from membersync.warehouse.paths import FILE_MODE, DataDir
+from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,26 @@ def committed_nights(data_dir: DataDir) -> list[dt.date]:
     return [m.snapshot_date for m in read_manifests(data_dir.manifests)]
 
 
+@contextlib.contextmanager
+def _owner_only_files() -> Iterator[None]:
+    """Files dbt and DuckDB create during the build are the owner's only (umask 077): like every
+    file of the data dir, the warehouse's parts hold client data."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def _make_owner_only(folder: Path) -> None:
+    """Folders 0700, files 0600 under ``folder`` (what an earlier build left with looser modes)."""
+    if not folder.is_dir():
+        return
+    for path in [folder, *folder.rglob("*")]:
+        with contextlib.suppress(OSError):
+            os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
+
+
 def build_warehouse(
     data_dir: DataDir, *, sql_dir: Path | None = None, full_refresh: bool = False
 ) -> BuildResult:
@@ -194,7 +214,9 @@ def build_warehouse(
             plan.build_nights[-1],
             plan.reason,
         )
-        result = _build(data_dir, project, plan)
+        with _owner_only_files():
+            result = _build(data_dir, project, plan)
+        _make_owner_only(data_dir.root / "warehouse")
     result = _with_seconds(result, time.monotonic() - started)
     log.info(
         "warehouse built: %d night(s) up to %s (%d built, %s), %d models, %d tests passed, %.1fs",
