@@ -46,7 +46,8 @@ def test_resume_after_a_batch_size_change_lands_every_discovered_client(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     staged = data_dir / "landing" / "_staging" / NIGHT.isoformat() / "batches"
     client_batches = [p.name for p in staged.glob("0*.done")]
-    assert len(client_batches) == 1, client_batches  # two batches are in flight: either may finish first
+    # two batches are in flight (written in threads): one, or both, may be staged at the kill
+    assert 1 <= len(client_batches) <= 2, client_batches
 
     rerun = _sync(env)  # the default batch size (250)
     assert rerun.returncode == 0, rerun.stderr
@@ -57,7 +58,7 @@ def test_resume_after_a_batch_size_change_lands_every_discovered_client(
     assert landed == truth  # all 500, each once
     assert manifest.clients_synced == 500 and manifest.tables["clients"].rows == 500
     # The resumed run kept the first run's plan (batches of 50), reusing the staged one.
-    assert manifest.stats["batches"] == 10 and manifest.stats["batches_skipped"] == 1
+    assert manifest.stats["batches"] == 10 and manifest.stats["batches_skipped"] == len(client_batches)
     assert "clients synced" in rerun.stdout and "500" in rerun.stdout
 
 
