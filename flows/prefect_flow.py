@@ -93,6 +93,9 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
     ``night`` defaults to today's date (this machine's local date); ``full`` lists every
     client and fetches whole histories. Returns the run summary (counts only).
     """
+    # `serve` ships this function by value (cloudpickle) to the process that runs it: a name
+    # its annotations use (dt) must also appear in its body, or Prefect cannot resolve them there.
+    night = night or dt.date.today()
     return await run_night_in_flow(night, full, SyncOptions.from_env())
 
 
