@@ -1,7 +1,8 @@
 """Prefect for the integration tests: one ``prefect_test_harness`` per test module (it takes ~11 s to
 enter), with ``PREFECT_HOME`` in a temporary folder. Per module, not per session: Prefect's events
 worker of one harness's server does not survive into a second flow of another module (its task
-runs' events were lost), so each module that runs flows gets a fresh server. Import the fixture from a test module::
+runs' events were lost), so each module that runs flows gets a fresh server. Import the fixture
+from a test module::
 
     from conftest_prefect import prefect_harness  # noqa: F401  (tests/ is on sys.path)
 """
