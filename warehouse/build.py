@@ -53,7 +53,8 @@ TMP_PREFIX = "warehouse.duckdb.building-"
 # dbt runs independent models and tests side by side: its own per-node overhead is most of a
 # small night's build, and DuckDB works outside the GIL (measured: see README, Benchmarks).
 DBT_THREADS = int(os.environ.get("MEMBERSYNC_DBT_THREADS", "4"))
-SCRATCH_PREFIX = "scratch-"
+SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
+SCRATCH_DIR = "scratch"
 # The published state an incremental build continues from (dbt source `prior`).
 PRIOR_TABLES = (
     "client_snapshots",
@@ -313,7 +314,11 @@ def _stale(newer: Sequence[dt.date]) -> BuildStaleError:
 
 def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
-    scratch_dir = cat.warehouse_dir(data_dir) / f"{SCRATCH_PREFIX}{build_id}"
+    # One fixed scratch folder (builds are serialised by the build lock): dbt hashes the
+    # profile, which names the scratch database, into its partial-parse cache, and a path that
+    # changed every build would make dbt parse the whole project again (seconds a night).
+    scratch_dir = cat.warehouse_dir(data_dir) / SCRATCH_DIR
+    shutil.rmtree(scratch_dir, ignore_errors=True)
     scratch_dir.mkdir(mode=0o700)
     tmp = data_dir.root / f"{TMP_PREFIX}{build_id}"
     try:
@@ -420,7 +425,8 @@ def _run_dbt(
     data_dir: DataDir, project: Path, scratch_dir: Path, scratch: Path, plan: _Plan
 ) -> dbt_run.DbtRun:
     # dbt's target (manifest, partial-parse cache) is kept across builds: parsing the project
-    # anew costs seconds. The profile names the scratch database, so it is written per build.
+    # anew costs seconds. The profile is the same every build (fixed scratch path), so the
+    # cache stays valid.
     state_dir = cat.warehouse_dir(data_dir) / "dbt"
     dbt_run.reset_cache_for(state_dir, project)
     dbt_run.write_profile(scratch_dir, scratch, threads=DBT_THREADS)
