@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
-import hashlib
 import logging
 import os
 import secrets
@@ -258,22 +257,13 @@ def _build_lock(data_dir: DataDir) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 
 
-def project_fingerprint(project: Path) -> str:
-    """A digest of the dbt project's files: a changed model means its history must be rebuilt."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in project.rglob("*") if p.is_file() and p.suffix in (".sql", ".yml")):
-        digest.update(str(path.relative_to(project)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refresh: bool) -> _Plan:
     ours = {m.snapshot_date: m.committed_at for m in manifests}
     published, facts, parts = cat.published_state(data_dir.warehouse_db)
     newer = _newer_nights(published, ours)
     if newer:
         raise _stale(newer)
-    fingerprint = project_fingerprint(project)
+    fingerprint = dbt_run.project_fingerprint(project)
     every_night = sorted(ours)
 
     def full(reason: str) -> _Plan:

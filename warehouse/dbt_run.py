@@ -8,6 +8,7 @@ no anonymous usage statistics, no version check, no packages from the hub.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 PROFILE = "membersync"
+# Parsed projects this process has seen, by (project folder, its fingerprint, vars): a build in a
+# long-lived process (serve, a test session, tenants in turn) skips dbt's parse, whatever the
+# data dir. dbt documents reusing a parsed manifest across invocations (dbtRunner(manifest=...)).
+_PARSED: dict[tuple[str, str, str], Any] = {}
+_PARSED_KEPT = 4
 # dbt reads these before its flags; set for the whole process, they only ever say "no".
 QUIET_ENV = {"DBT_SEND_ANONYMOUS_USAGE_STATS": "false", "DBT_VERSION_CHECK": "false", "DO_NOT_TRACK": "1"}
 
@@ -91,14 +97,17 @@ def run(
     state_dir: Path,
     variables: Mapping[str, Any],
 ) -> DbtRun:
-    """A dbt command in this process; its target and logs under ``state_dir``, nothing printed."""
+    """A dbt command in this process; its target and logs under ``state_dir``, nothing printed.
+
+    The project is parsed once per process and set of vars (see ``_PARSED``); dbt's own
+    partial-parse cache under ``state_dir`` makes the first parse of a process cheap too.
+    """
     from dbt.adapters.duckdb import DuckDBConnectionManager
     from dbt.cli.main import dbtRunner
 
     os.environ.update(QUIET_ENV)
     target, logs = state_dir / "target", state_dir / "logs"
-    args = [
-        *command,
+    common = [
         "--project-dir",
         str(project_dir),
         "--profiles-dir",
@@ -108,7 +117,7 @@ def run(
         "--log-path",
         str(logs),
         "--vars",
-        json.dumps(dict(variables)),
+        json.dumps(dict(variables), sort_keys=True),
         "--no-send-anonymous-usage-stats",
         "--no-version-check",
         "--no-use-colors",
@@ -118,7 +127,11 @@ def run(
         "info",
     ]
     try:
-        outcome = dbtRunner().invoke(args)
+        manifest = _parsed(project_dir, common, variables)
+        if manifest is None:  # dbt could not parse the project: say why, as the build would
+            outcome = dbtRunner().invoke([*command, *common])
+        else:
+            outcome = dbtRunner(manifest=manifest).invoke([*command, *common])
     finally:
         # dbt-duckdb keeps its connection for the next invocation; the build reads the scratch
         # database next and deletes it, so let go of it now.
@@ -126,6 +139,31 @@ def run(
     nodes = [_node(r) for r in getattr(outcome.result, "results", None) or [] if hasattr(r, "node")]
     error = "" if outcome.exception is None else _first_lines(str(outcome.exception))
     return DbtRun(bool(outcome.success), nodes, error, logs / "dbt.log")
+
+
+def _parsed(project_dir: Path, common: Sequence[str], variables: Mapping[str, Any]) -> Any:
+    """The project's parsed manifest for these vars (dbt's Manifest), or None if it does not parse."""
+    from dbt.cli.main import dbtRunner
+
+    key = (str(project_dir), project_fingerprint(project_dir), json.dumps(dict(variables), sort_keys=True))
+    if key in _PARSED:
+        return _PARSED[key]
+    outcome = dbtRunner().invoke(["parse", *common])
+    if not outcome.success or outcome.result is None:
+        return None
+    if len(_PARSED) >= _PARSED_KEPT:
+        _PARSED.clear()
+    _PARSED[key] = outcome.result
+    return outcome.result
+
+
+def project_fingerprint(project: Path) -> str:
+    """A digest of the dbt project's files: a changed model means its history must be rebuilt."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in project.rglob("*") if p.is_file() and p.suffix in (".sql", ".yml")):
+        digest.update(str(path.relative_to(project)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _node(result: Any) -> Node:
