@@ -41,6 +41,26 @@ def _preload() -> None:
     import membersync.warehouse.landing  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
+    _warm_dbt()
+
+
+def _warm_dbt() -> None:
+    """Parse the dbt project (both kinds of build) once here: every forked sync then builds
+    without dbt's parse (the product's per-process cache, ``dbt_run._PARSED``)."""
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from dbt.adapters.duckdb import DuckDBConnectionManager
+    from membersync.warehouse import build, dbt_run
+
+    with tempfile.TemporaryDirectory(prefix="zygote-dbt-") as tmp:
+        for incremental in (False, True):
+            dbt_run.warm(build.SQL_DIR.resolve(), Path(tmp), {"incremental": incremental})
+    DuckDBConnectionManager.close_all_connections()
+    if threading.active_count() != 1:  # forking a process with threads is unsafe
+        raise RuntimeError(f"dbt left {threading.active_count() - 1} thread(s) running in the zygote")
+
 
 def _child(req: dict[str, Any]) -> None:
     """In the forked child: become a session leader, redirect, run the CLI, never return."""

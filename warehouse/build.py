@@ -312,7 +312,7 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     scratch_dir.mkdir(mode=0o700)
     tmp = data_dir.root / f"{TMP_PREFIX}{build_id}"
     try:
-        scratch = scratch_dir / "build.duckdb"
+        scratch = scratch_dir / dbt_run.SCRATCH_DATABASE
         try:
             files = cat.landed_files(data_dir, plan.manifests)
         except cat.LandingInputError as exc:

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 PROFILE = "membersync"
+# The scratch database's file name: dbt-duckdb names the database after it, and a parsed manifest
+# holds that name, so every build (and warm) uses the same one.
+SCRATCH_DATABASE = "build.duckdb"
 # Parsed projects this process has seen, by (project folder, its fingerprint, vars): a build in a
 # long-lived process (serve, a test session, tenants in turn) skips dbt's parse, whatever the
 # data dir. dbt documents reusing a parsed manifest across invocations (dbtRunner(manifest=...)).
@@ -96,18 +99,49 @@ def run(
     profiles_dir: Path,
     state_dir: Path,
     variables: Mapping[str, Any],
+    *,
+    reuse_parse: bool = True,
 ) -> DbtRun:
     """A dbt command in this process; its target and logs under ``state_dir``, nothing printed.
 
-    The project is parsed once per process and set of vars (see ``_PARSED``); dbt's own
-    partial-parse cache under ``state_dir`` makes the first parse of a process cheap too.
+    With ``reuse_parse`` the project is parsed once per process and set of vars (see ``_PARSED``):
+    for builds, whose profile always names a database ``SCRATCH_DATABASE``, which the parsed
+    manifest holds. dbt's own partial-parse cache under ``state_dir`` makes a first parse cheap too.
     """
     from dbt.adapters.duckdb import DuckDBConnectionManager
     from dbt.cli.main import dbtRunner
 
     os.environ.update(QUIET_ENV)
+    common = _common_args(project_dir, profiles_dir, state_dir, variables)
+    try:
+        manifest = _parsed(project_dir, common, variables) if reuse_parse else None
+        if manifest is None:  # not reused, or it does not parse: dbt parses (and says why it cannot)
+            outcome = dbtRunner().invoke([*command, *common])
+        else:
+            outcome = dbtRunner(manifest=manifest).invoke([*command, *common])
+    finally:
+        # dbt-duckdb keeps its connection for the next invocation; the build reads the scratch
+        # database next and deletes it, so let go of it now.
+        DuckDBConnectionManager.close_all_connections()
+    nodes = [_node(r) for r in getattr(outcome.result, "results", None) or [] if hasattr(r, "node")]
+    error = "" if outcome.exception is None else _first_lines(str(outcome.exception))
+    return DbtRun(bool(outcome.success), nodes, error, state_dir / "logs" / "dbt.log")
+
+
+def warm(project_dir: Path, workdir: Path, variables: Mapping[str, Any]) -> bool:
+    """Parse the project into this process's cache ahead of its builds (a process about to fork
+    many builds parses once); False if it does not parse. ``workdir`` holds dbt's scratch files."""
+    os.environ.update(QUIET_ENV)
+    write_profile(workdir, workdir / SCRATCH_DATABASE)
+    common = _common_args(project_dir, workdir, workdir, variables)
+    return _parsed(project_dir, common, variables) is not None
+
+
+def _common_args(
+    project_dir: Path, profiles_dir: Path, state_dir: Path, variables: Mapping[str, Any]
+) -> list[str]:
     target, logs = state_dir / "target", state_dir / "logs"
-    common = [
+    return [
         "--project-dir",
         str(project_dir),
         "--profiles-dir",
@@ -126,19 +160,6 @@ def run(
         "--log-level-file",
         "info",
     ]
-    try:
-        manifest = _parsed(project_dir, common, variables)
-        if manifest is None:  # dbt could not parse the project: say why, as the build would
-            outcome = dbtRunner().invoke([*command, *common])
-        else:
-            outcome = dbtRunner(manifest=manifest).invoke([*command, *common])
-    finally:
-        # dbt-duckdb keeps its connection for the next invocation; the build reads the scratch
-        # database next and deletes it, so let go of it now.
-        DuckDBConnectionManager.close_all_connections()
-    nodes = [_node(r) for r in getattr(outcome.result, "results", None) or [] if hasattr(r, "node")]
-    error = "" if outcome.exception is None else _first_lines(str(outcome.exception))
-    return DbtRun(bool(outcome.success), nodes, error, logs / "dbt.log")
 
 
 def _parsed(project_dir: Path, common: Sequence[str], variables: Mapping[str, Any]) -> Any:

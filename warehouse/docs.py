@@ -51,6 +51,7 @@ def generate_docs(data_dir: DataDir, sql_dir: Path | None = None) -> Path:
             scratch,
             scratch,
             {"incremental": True},
+            reuse_parse=False,  # another database name than the builds', and dbt writes its manifest
         )
         if not outcome.success:
             raise DocsError(f"dbt docs generate failed: {outcome.error or 'see ' + str(outcome.log_file)}")
