@@ -1,6 +1,6 @@
 """A month (and some) of simulated nights for the morning reports, and their truth in plain Python.
 
-The nights are landed through the real landing zone (:func:`membersync.warehouse.testing.write_night`),
+The nights are landed through the real landing zone (:func:`membersync.warehouse.synthetic.write_night`),
 deterministically (seeded). Each night a few clients change: freezes, unfreezes, holds,
 cancellations, expiries, upgrades, downgrades, new memberships, a move to another store, payments
 (some to zero or credit), new debt, a ledger row that vanishes, sales, a late void; the changed
@@ -25,7 +25,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
+from membersync.warehouse.synthetic import write_night
 
 D = Decimal
 DOWNTOWN = "DOWNTOWN  "

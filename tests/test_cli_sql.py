@@ -26,7 +26,7 @@ from membersync.flows.cli import UsageError, app, parse_date
 from membersync.warehouse.build import build_warehouse
 from membersync.warehouse.cli import _print_table
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
+from membersync.warehouse.synthetic import write_night
 from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner

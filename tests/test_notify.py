@@ -31,7 +31,7 @@ from membersync.flows.notify import Notifier, night_failed_message, split_urls, 
 from membersync.warehouse import freshness
 from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
+from membersync.warehouse.synthetic import write_night
 
 REPO = Path(__file__).resolve().parent.parent
 USERNAME = "canary-user-7Kq"

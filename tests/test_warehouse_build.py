@@ -21,7 +21,7 @@ from membersync.warehouse.build import (
     load_models,
 )
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
+from membersync.warehouse.synthetic import write_night
 
 
 def land_scenario(data_dir: DataDir) -> dict[dt.date, dict[str, list[dict]]]:

@@ -26,7 +26,7 @@ from membersync.warehouse.export import (
     report_path,
 )
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
+from membersync.warehouse.synthetic import write_night
 from typer.testing import CliRunner
 
 BOM = b"\xef\xbb\xbf"

@@ -21,7 +21,7 @@ from membersync.warehouse.build import BuildStaleError, build_warehouse
 from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.manifest import read_manifests
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
+from membersync.warehouse.synthetic import write_night
 
 REPO = Path(__file__).resolve().parent.parent
 N1, N2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)

@@ -6,12 +6,25 @@ each with its whole current state and its **whole** transaction and points histo
 sync does by default), so the landed volume per night is what production lands. Changes are
 what a business sees: a new sale with a payment, a balance that moves, a membership that
 freezes, cancels or comes back, points earned, and now and then a late correction (a void of
-an old sale). Everything is written through the real landing zone
-(:func:`membersync.warehouse.testing.write_night`), so the build reads what a sync lands.
+an old sale). Everything is written through the real landing zone (:func:`write_night`), so
+the build reads what a sync lands.
 
     python -m membersync.warehouse.synthetic DATA_DIR --clients 5000 --nights 90 --rate 0.05
 
 Deterministic: the same arguments give the same landing zone (rows, not file names).
+
+:func:`write_night` lands any rows as one committed night, typed by the tables' Arrow schemas
+(``membersync.models.tables``); the warehouse's tests land their hand-written nights with it:
+
+    write_night(data_dir, date(2026, 1, 1), {
+        "stores": [{"storecode": "DOWNTOWN  ", "name": "Downtown"}],
+        "synced_clients": [{"client_number": "000417"}],
+        "ledger_balances": [{"client_number": "000417", "storecode": "DOWNTOWN  ",
+                             "balance": Decimal("12.50")}],
+    })
+
+Rows are dicts of Python values (``Decimal`` for money, ``date``/``datetime`` for dates); a
+column a row does not give is null.
 """
 
 from __future__ import annotations
@@ -19,13 +32,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
+from membersync.models.tables import table as landed_table
+from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.testing import write_night
 
 STORES = ("DOWNTOWN  ", "UPTOWN    ", "AIRPORT   ", "MALL      ", "SUBURB    ")
 STATUSES = ("Active", "Active", "Active", "Frozen", "OnHold", "Canceled", "Expired")
@@ -243,6 +260,64 @@ def land_night(
         mode="full" if full else "incremental",
         watermark=f"{night.isoformat()}T01:00:00Z",
     )
+
+
+# --- landing any rows as a committed night ---------------------------------------------------------
+
+
+def write_night(
+    data_dir: DataDir,
+    night: dt.date,
+    rows: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    mode: str = "full",
+    parts: int = 1,
+    watermark: str | None = None,
+    quarantine: Sequence[Mapping[str, Any]] = (),
+) -> Manifest:
+    """Land ``rows`` (table name -> rows) as the committed night ``night``; return its manifest.
+
+    Written by the real landing zone (:class:`~membersync.warehouse.landing.LandingZone`):
+    ``parts`` batches, each table's rows split over them in order, then the commit. Every
+    declared table is in the manifest (empty ones with no file and 0 rows). ``quarantine`` rows
+    follow ``QUARANTINE_SCHEMA`` (table_name, client_number, reason, raw). Unknown tables or
+    columns are an error.
+    """
+    from membersync.warehouse.landing import LandingZone
+
+    unknown = set(rows) - {t.name for t in TABLES}
+    if unknown:
+        raise KeyError(f"unknown landed table(s) {sorted(unknown)}")
+    parts = max(1, parts)
+    chunks = {t.name: _split(list(rows.get(t.name, ())), parts) for t in TABLES}
+    zone = LandingZone(data_dir)
+    with zone.lock():
+        open_night = zone.open_night(night, mode)
+        for index in range(parts):
+            tables = {name: _arrow_rows(name, chunk[index]) for name, chunk in chunks.items()}
+            bad = (
+                pa.Table.from_pylist([dict(r) for r in quarantine], schema=QUARANTINE_SCHEMA)
+                if index == 0
+                else None
+            )
+            open_night.write_batch(f"b{index:05d}", tables, bad)
+        return open_night.commit(watermark, len(rows.get("synced_clients", ())), {"synthetic": True})
+
+
+def _arrow_rows(table_name: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Rows as an Arrow table of the landed table's schema (unknown keys are an error)."""
+    schema = landed_table(table_name).schema
+    for row in rows:
+        unknown = set(row) - set(schema.names)
+        if unknown:
+            raise KeyError(f"{table_name}: unknown column(s) {sorted(unknown)}")
+    return pa.Table.from_pylist([dict(row) for row in rows], schema=schema)
+
+
+def _split(rows: list[Mapping[str, Any]], parts: int) -> list[list[Mapping[str, Any]]]:
+    """``parts`` consecutive chunks (some maybe empty), in order."""
+    size = -(-len(rows) // parts) if rows else 0
+    return [rows[i * size : (i + 1) * size] for i in range(parts)]
 
 
 def main(argv: list[str] | None = None) -> int:
