@@ -23,11 +23,11 @@ error. The HTTP stack's loggers get a redacting filter (:mod:`membersync.extract
 
 By default requests go straight to aiohttp (:class:`_DirectAiohttp`, one ``ClientSession``):
 without httpx's request, response, header and stream objects per request, a night's marginal
-CPU per request fell from 0.80 to 0.29 ms (``python -m membersync.flows.cpu_bench marginal``).
+CPU per request fell from 0.80 to 0.29 ms (``python -m membersync.flows.benchmarks.cpu marginal``).
 Pass ``transport=`` to go through httpx with another transport (``httpx.MockTransport`` in
 unit tests), or set ``ClientOptions(transport="httpx")`` for httpx's own; httpx over
 httpx-aiohttp costs about a third of httpx's own transport's CPU per request (measured with
-``python -m membersync.extract.transport_bench``).
+``python -m membersync.flows.benchmarks.transport``).
 """
 
 from __future__ import annotations

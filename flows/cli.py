@@ -275,7 +275,7 @@ def bench(
     ] = False,
 ) -> None:
     """Measure throughput, CPU per request and peak memory; print the figures."""
-    from membersync.flows.bench import run_bench_cli, run_history_cost, run_rate_matrix
+    from membersync.flows.benchmarks.sync import run_bench_cli, run_history_cost, run_rate_matrix
 
     if history_cost:
         raise typer.Exit(run_history_cost((clients or [10_000])[0]))

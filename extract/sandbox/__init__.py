@@ -3,5 +3,7 @@
 - :mod:`.state`: the in-memory :class:`~.state.Service` (ground truth, one method per operation).
 - :mod:`.data`: deterministic synthetic data from a seed.
 - :mod:`.server`: the aiohttp server (:func:`~.server.serve_forever`, :func:`~.server.start_in_thread`).
-- :mod:`.bench`: the sandbox's own throughput benchmark.
+
+Its own throughput benchmark is :mod:`membersync.flows.benchmarks.sandbox` (``membersync bench
+--sandbox-only``).
 """

@@ -1,6 +1,6 @@
 """Measure our CPU per request with each httpx transport (the default is picked on this).
 
-Run ``python -m membersync.extract.transport_bench [--requests N] [--concurrency C]``.
+Run ``python -m membersync.flows.benchmarks.transport [--requests N] [--concurrency C] [--repeats R]``.
 
 A small aiohttp server in a *separate process* answers a typical JSON list (a client's
 memberships, ~1 KB) on loopback, so the CPU time measured (``time.process_time`` of this
@@ -140,7 +140,9 @@ def measure(requests: int = 3000, concurrency: int = 8, repeats: int = 3) -> dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m membersync.flows.benchmarks.transport", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)

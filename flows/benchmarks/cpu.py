@@ -2,11 +2,11 @@
 
 ::
 
-    python -m membersync.flows.cpu_bench marginal --sizes 1000,4000 --runs 3
-    python -m membersync.flows.cpu_bench prefect --runs 3 [--prefect-home DIR]
+    python -m membersync.flows.benchmarks.cpu marginal --sizes 1000,4000 --runs 3
+    python -m membersync.flows.benchmarks.cpu prefect --runs 3 [--prefect-home DIR]
 
 ``marginal``: for each size, a sandbox of that many clients in its own process and full nights
-with Prefect off in child processes (:func:`membersync.flows.bench.run_child`); the marginal CPU
+with Prefect off in child processes (:func:`membersync.flows.benchmarks.sync.run_child`); the marginal CPU
 per request is (least CPU of the large night - least CPU of the small) / (request difference),
 so fixed costs (imports, start-up, the configuration) cancel.
 
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from membersync.flows.bench import PASSWORD, USERNAME, Measured, run_child, sandbox_process
+from membersync.flows.benchmarks.sync import PASSWORD, USERNAME, Measured, run_child, sandbox_process
 
 # Run in the measured `membersync sync` process: records wall time and the process tree's CPU
 # when the night's configuration step (its first data request) starts.
@@ -128,7 +128,7 @@ def prefect_fixed(runs: int, prefect_home: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m membersync.flows.cpu_bench")
+    parser = argparse.ArgumentParser(prog="python -m membersync.flows.benchmarks.cpu")
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("marginal", help="marginal CPU per request between night sizes, Prefect off")
     m.add_argument("--sizes", default="1000,4000")

@@ -6,7 +6,7 @@ as every production build after the first), then night K is landed and **its** b
 in a child process: wall time and peak RSS (``wait4``'s ``ru_maxrss``: the child alone, Python,
 DuckDB and dbt included).
 
-    python -m membersync.warehouse.build_bench --clients 5000 --night 2 --night 30 --night 90
+    python -m membersync.flows.benchmarks.build --clients 5000 --night 2 --night 30 --night 90
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ def run(clients: int, nights: list[int], rate: float, workdir: Path) -> list[tup
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m membersync.flows.benchmarks.build", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--clients", type=int, default=5000)
     parser.add_argument("--night", type=int, action="append", dest="nights")
     parser.add_argument("--rate", type=float, default=0.05)

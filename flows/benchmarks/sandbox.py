@@ -197,9 +197,21 @@ def run_sandbox_bench(
     }
 
 
-if __name__ == "__main__":  # python -m membersync.extract.sandbox.bench [clients] [seconds]
+def main(argv: list[str] | None = None) -> int:
+    """``python -m membersync.flows.benchmarks.sandbox [clients] [seconds]``: the figures as JSON."""
+    import argparse
     import json
 
-    args = [float(a) for a in sys.argv[1:3]]
-    figures = run_sandbox_bench(int(args[0]) if args else 100_000, args[1] if len(args) > 1 else 10)
+    parser = argparse.ArgumentParser(
+        prog="python -m membersync.flows.benchmarks.sandbox", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("clients", type=float, nargs="?", default=100_000, help="default 100,000")
+    parser.add_argument("seconds", type=float, nargs="?", default=10.0, help="measured seconds (default 10)")
+    args = parser.parse_args(argv)
+    figures = run_sandbox_bench(int(args.clients), args.seconds)
     sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """A small benchmark of typing (not a test): rows/s of ``to_arrow`` and of ``BatchBuilder``.
 
-Run ``python -m membersync.models.coerce_bench``. It reports CPU time (``process_time``),
-for memberships and for transaction history, in two ways of calling:
+Run ``python -m membersync.flows.benchmarks.coerce [--clients N] [--per-client K] [--batch B]``.
+It reports CPU time (``process_time``), for memberships and for transaction history, in two
+ways of calling:
 
 * per request: ``to_arrow`` / ``explode_transactions`` once per client (a few rows each),
   which pays the fixed cost of building Arrow arrays on every call;
@@ -130,9 +131,18 @@ def run(clients: int = 2000, per_client: int = 3, batch: int = 100, seed: int = 
     return figures
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m membersync.flows.benchmarks.coerce", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--clients", type=int, default=2000)
+    parser.add_argument("--per-client", type=int, default=3, help="memberships and receipts per client")
+    parser.add_argument("--batch", type=int, default=100, help="clients per batch")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name, value in run().items():
+    for name, value in run(args.clients, args.per_client, args.batch).items():
         log.info("%-40s %12.0f", name, value)
 
 

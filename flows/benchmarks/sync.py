@@ -1,7 +1,7 @@
 """``membersync bench``: throughput, CPU per request, 429s, peak memory, Prefect overhead.
 
 Every scenario runs the sandbox in its **own process** (``membersync sandbox``), so its CPU is
-not ours, and the sync in a **child process** (``python -m membersync.flows.bench child``), which
+not ours, and the sync in a **child process** (``python -m membersync.flows.benchmarks.sync child``), which
 reports its own CPU time (``time.process_time``), peak RSS (``getrusage``) and the client's
 request counts (``ClientStats``) as one JSON line. Scenarios:
 
@@ -14,7 +14,8 @@ request counts (``ClientStats``) as one JSON line. Scenarios:
 * ``prefect``: the same small night through the Prefect flow (on the ephemeral server, warmed
   up first) and without Prefect: the CPU Prefect adds, per task run.
 
-``--sandbox-only`` runs the sandbox engineer's own benchmark instead.
+``--sandbox-only`` runs the sandbox engineer's own benchmark instead
+(:mod:`membersync.flows.benchmarks.sandbox`).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def run_child(
             "PREFECT_HOME": str(Path(tmp) / "prefect"),
             **(extra_env or {}),
         }
-        cmd = [sys.executable, "-m", "membersync.flows.bench", "child"] + (["--prefect"] if prefect else [])
+        cmd = [sys.executable, "-m", "membersync.flows.benchmarks.sync", "child"]
+        cmd += ["--prefect"] if prefect else []
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"the sync failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
@@ -503,7 +505,7 @@ async def _change_clients(client: Any, share: float) -> int:
 
 def sandbox_only_bench(clients: list[int]) -> int:
     """The sandbox engineer's benchmark (the server alone), one row per client count."""
-    from membersync.extract.sandbox.bench import run_sandbox_bench
+    from membersync.flows.benchmarks.sandbox import run_sandbox_bench
 
     table = Table(title="sandbox only", title_justify="left")
     results = []
@@ -521,7 +523,7 @@ def sandbox_only_bench(clients: list[int]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m membersync.flows.bench")
+    parser = argparse.ArgumentParser(prog="python -m membersync.flows.benchmarks.sync")
     sub = parser.add_subparsers(dest="command", required=True)
     child = sub.add_parser("child", help="(internal) one measured night; prints JSON")
     child.add_argument("--prefect", action="store_true")

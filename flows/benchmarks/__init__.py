@@ -1,0 +1,39 @@
+"""Every benchmark of membersync, in one place (speed targets live here, never in timed tests).
+
+A benchmark may import from every layer; no product code imports a benchmark except the
+``membersync bench`` command in ``flows/cli.py``, inside the command (``tests/test_import_graph.py``
+checks this). The figures and their targets: README.md, "Benchmarks".
+
+- :mod:`.sync`: the nightly sync, the sandbox in its own process and the sync in a child
+  process: throughput, our CPU per request, 429s, peak RSS, Prefect's overhead; politeness at
+  the limit; the cost of whole histories::
+
+      membersync bench --clients 10000 --clients 100000
+      python -m membersync.flows.benchmarks.sync run --clients 10000   # the same, without the CLI
+      membersync bench --rate-matrix --rates 20,50,200,500 --bursts 1,5,R --latencies 20 --seconds 15
+      membersync bench --history-cost --clients 10000
+
+- :mod:`.sandbox`: the sandbox alone, pinned to one core (it must never be the bottleneck)::
+
+      membersync bench --sandbox-only --clients 100000
+      python -m membersync.flows.benchmarks.sandbox [clients] [seconds]   # one count, as JSON
+
+- :mod:`.cpu`: our CPU per request as a marginal between two night sizes, and Prefect's fixed
+  cost before a night's first request::
+
+      python -m membersync.flows.benchmarks.cpu marginal --sizes 1000,4000 --runs 3
+      python -m membersync.flows.benchmarks.cpu prefect --runs 3 [--prefect-home DIR]
+
+- :mod:`.transport`: the client's CPU per request with each httpx transport::
+
+      python -m membersync.flows.benchmarks.transport [--requests N] [--concurrency C] [--repeats R]
+
+- :mod:`.coerce`: typing wire items into Arrow, per request and batched::
+
+      python -m membersync.flows.benchmarks.coerce [--clients N] [--per-client K] [--batch B]
+
+- :mod:`.build`: one night's warehouse build as history accumulates, on the synthetic history
+  of :mod:`membersync.warehouse.synthetic`::
+
+      python -m membersync.flows.benchmarks.build --clients 5000 --night 2 --night 30 --night 90
+"""
