@@ -359,6 +359,9 @@ def ensure_system_packages() -> None:
     )
 
 
+CHECK_WORKERS = min(2, os.cpu_count() or 1)
+
+
 def run_checks(pytest_args: list[str]) -> int:
     python = sys.executable
     ensure_system_packages()
@@ -395,7 +398,10 @@ def run_checks(pytest_args: list[str]) -> int:
                 err.print(f"[bold red]{label} failed[/]")
                 return 1
     err.print("[bold]== pytest[/]")
-    return subprocess.run([python, "-m", "pytest", *pytest_args], cwd=REPO_ROOT).returncode
+    # Two workers (this machine's cores), a test file at a time each: module fixtures (a Prefect
+    # harness, a scenario's nights) are made once, and files that share a resource stay apart.
+    workers = ["-n", str(CHECK_WORKERS), "--dist", "loadfile"] if CHECK_WORKERS > 1 else []
+    return subprocess.run([python, "-m", "pytest", *workers, *pytest_args], cwd=REPO_ROOT).returncode
 
 
 def main() -> None:
