@@ -636,6 +636,25 @@ def test_an_announced_limit_is_obeyed_exactly_and_an_empty_quota_pauses() -> Non
     assert quota.cooldown_until >= t.now + constants.MIN_PAUSE - 1e-9  # a pause, never a spin
 
 
+def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() -> None:
+    """Jitter (two requests arriving together at a small bucket) can draw a 429 at the announced
+    pace: the server's word stands. Without an announcement the same refusal is a small step back."""
+    t = FakeTime()
+    announced = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    guessed = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    announced.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
+    guessed.rate = announced.rate
+    for _ in range(400):  # ten seconds at the pace, every request accepted
+        for limiter in (announced, guessed):
+            limiter._count_accepted(t.now)
+        t.now += 0.025
+    pace = announced.rate
+    assert announced.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
+    assert guessed.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
+    assert announced.rate == pace and announced.cooldown_until > t.now
+    assert guessed.rate is not None and pace is not None and guessed.rate < pace
+
+
 def test_explicit_rate_cap_is_never_exceeded() -> None:
     limiter = RateLimiter(cap=50.0)
     for i in range(10_000):
