@@ -182,6 +182,10 @@ class RateLimiter:
         self._pause(now, self._shared_pause(retry_after))
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
+        if self.announced is not None and accepted is not None and refused_share < SUSTAINED_REFUSALS:
+            # An isolated refusal at the pace the server announced (jitter at a small bucket):
+            # its word stands, the pause above is all.
+            return False
         self._last_decrease = now
         self._early = 0.0
         self._last_grow = now
@@ -189,10 +193,8 @@ class RateLimiter:
         if accepted is not None and self.rate is not None and refused_share < SUSTAINED_REFUSALS:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
             # end, timer jitter, a moment of low demand then a burst), not a pace above its
-            # limit, which refuses a steady share. When the server announced its limit, its
-            # word stands (the pause above is all); else a small step back, the estimate stays.
-            if self.announced is None:
-                self.rate = self._capped(self.rate * (1 - constants.RATE_MARGIN / 2))
+            # limit, which refuses a steady share. A small step back; the estimate stays.
+            self.rate = self._capped(self.rate * (1 - constants.RATE_MARGIN / 2))
             return True
         if accepted is not None:
             # We were sending above the limit, so what it accepted is the limit (at most).

@@ -400,7 +400,13 @@ def run_checks(pytest_args: list[str]) -> int:
     err.print("[bold]== pytest[/]")
     # Two workers (this machine's cores), a test file at a time each: module fixtures (a Prefect
     # harness, a scenario's nights) are made once, and files that share a resource stay apart.
-    workers = ["-n", str(CHECK_WORKERS), "--dist", "loadfile"] if CHECK_WORKERS > 1 else []
+    # --no-loadscope-reorder keeps tests/conftest.py's LONGEST_FIRST order (xdist would otherwise
+    # hand out the files with the most tests first, whatever their length).
+    workers = (
+        ["-n", str(CHECK_WORKERS), "--dist", "loadfile", "--no-loadscope-reorder"]
+        if CHECK_WORKERS > 1
+        else []
+    )
     return subprocess.run([python, "-m", "pytest", *workers, *pytest_args], cwd=REPO_ROOT).returncode
 
 

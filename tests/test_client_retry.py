@@ -649,10 +649,11 @@ def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() ->
             limiter._count_accepted(t.now)
         t.now += 0.025
     pace = announced.rate
-    assert announced.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
-    assert guessed.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
-    assert announced.rate == pace and announced.cooldown_until > t.now
-    assert guessed.rate is not None and pace is not None and guessed.rate < pace
+    assert announced.on_rate_limited(started=t.now - 0.01, retry_after=1.0) is False  # no cut
+    assert guessed.on_rate_limited(started=t.now - 0.01, retry_after=1.0) is True
+    assert announced.rate == pace and announced.cooldown_until > t.now and announced.decreases == 0
+    assert pace is not None
+    assert guessed.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2))
 
 
 def test_explicit_rate_cap_is_never_exceeded() -> None:

@@ -308,7 +308,8 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     # profile, which names the scratch database, into its partial-parse cache, and a path that
     # changed every build would make dbt parse the whole project again (seconds a night).
     scratch_dir = cat.warehouse_dir(data_dir) / SCRATCH_DIR
-    shutil.rmtree(scratch_dir, ignore_errors=True)
+    if scratch_dir.exists():
+        shutil.rmtree(scratch_dir)
     scratch_dir.mkdir(mode=0o700)
     tmp = data_dir.root / f"{TMP_PREFIX}{build_id}"
     try:
@@ -614,6 +615,10 @@ def _remove_stale_temporaries(data_dir: DataDir) -> None:
         *data_dir.root.glob(f"{TMP_PREFIX}*"),
         *cat.warehouse_dir(data_dir).glob(f"{SCRATCH_PREFIX}*"),
     ]
+    scratch = cat.warehouse_dir(data_dir) / SCRATCH_DIR
+    if scratch.exists():  # under the build lock: no live build owns it
+        log.info("removing %s, left by an interrupted build", scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
     for path in candidates:
         build_id = path.name.removeprefix(TMP_PREFIX).removeprefix(SCRATCH_PREFIX)
         pid = cat.build_id_pid(build_id.removesuffix(".wal"))

@@ -8,6 +8,7 @@ no anonymous usage statistics, no version check, no packages from the hub.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -121,8 +122,11 @@ def run(
             outcome = dbtRunner(manifest=manifest).invoke([*command, *common])
     finally:
         # dbt-duckdb keeps its connection for the next invocation; the build reads the scratch
-        # database next and deletes it, so let go of it now.
+        # database next and deletes it, so let go of it now. DuckDB closes a database when its
+        # last reference goes: collect cycles too, so that the next build, at the same path,
+        # opens the new file rather than a cached instance of the deleted one.
         DuckDBConnectionManager.close_all_connections()
+        gc.collect()
     nodes = [_node(r) for r in getattr(outcome.result, "results", None) or [] if hasattr(r, "node")]
     error = "" if outcome.exception is None else _first_lines(str(outcome.exception))
     return DbtRun(bool(outcome.success), nodes, error, state_dir / "logs" / "dbt.log")
@@ -171,6 +175,10 @@ def _parsed(project_dir: Path, common: Sequence[str], variables: Mapping[str, An
         return _PARSED[key]
     outcome = dbtRunner().invoke(["parse", *common])
     if not outcome.success or outcome.result is None:
+        return None
+    if any(getattr(n.config, "materialized", "") == "ephemeral" for n in outcome.result.nodes.values()):
+        # dbt injects an ephemeral model's CTE once per node and marks it done: a reused
+        # manifest would compile its users without it. Parse per invocation then.
         return None
     if len(_PARSED) >= _PARSED_KEPT:
         _PARSED.clear()
