@@ -25,10 +25,13 @@ def module_name(path: Path) -> str:
     return ".".join(["membersync", *parts])
 
 
-def module_level_imports(path: Path) -> set[str]:
+def module_level_imports(path: Path, *, anywhere: bool = False) -> set[str]:
+    """The ``membersync...`` modules a file imports at module level (or ``anywhere``: inside
+    functions too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: set[str] = set()
-    for node in tree.body:  # module level only (also inside `if TYPE_CHECKING:` is skipped)
+    # module level only (also inside `if TYPE_CHECKING:` is skipped), unless anywhere
+    for node in ast.walk(tree) if anywhere else tree.body:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
