@@ -174,16 +174,18 @@ def _parsed(project_dir: Path, common: Sequence[str], variables: Mapping[str, An
     if key in _PARSED:
         return _PARSED[key]
     outcome = dbtRunner().invoke(["parse", *common])
-    if not outcome.success or outcome.result is None:
+    manifest: Any = outcome.result  # a Manifest, for `parse`
+    if not outcome.success or manifest is None:
         return None
-    if any(getattr(n.config, "materialized", "") == "ephemeral" for n in outcome.result.nodes.values()):
+    nodes = manifest.nodes.values()
+    if any(getattr(getattr(n, "config", None), "materialized", "") == "ephemeral" for n in nodes):
         # dbt injects an ephemeral model's CTE once per node and marks it done: a reused
         # manifest would compile its users without it. Parse per invocation then.
         return None
     if len(_PARSED) >= _PARSED_KEPT:
         _PARSED.clear()
-    _PARSED[key] = outcome.result
-    return outcome.result
+    _PARSED[key] = manifest
+    return manifest
 
 
 def project_fingerprint(project: Path) -> str:
