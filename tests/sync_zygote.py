@@ -51,13 +51,11 @@ def _warm_dbt() -> None:
     import threading
     from pathlib import Path
 
-    from dbt.adapters.duckdb import DuckDBConnectionManager
     from membersync.warehouse import build, dbt_run
 
     with tempfile.TemporaryDirectory(prefix="zygote-dbt-") as tmp:
         for incremental in (False, True):
             dbt_run.warm(build.SQL_DIR.resolve(), Path(tmp), {"incremental": incremental})
-    DuckDBConnectionManager.close_all_connections()
     if threading.active_count() != 1:  # forking a process with threads is unsafe
         raise RuntimeError(f"dbt left {threading.active_count() - 1} thread(s) running in the zygote")
 

@@ -307,9 +307,8 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     # One fixed scratch folder (builds are serialised by the build lock): dbt hashes the
     # profile, which names the scratch database, into its partial-parse cache, and a path that
     # changed every build would make dbt parse the whole project again (seconds a night).
+    # A crashed build's folder was removed by _remove_stale_temporaries, under the same lock.
     scratch_dir = cat.warehouse_dir(data_dir) / SCRATCH_DIR
-    if scratch_dir.exists():
-        shutil.rmtree(scratch_dir)
     scratch_dir.mkdir(mode=0o700)
     tmp = data_dir.root / f"{TMP_PREFIX}{build_id}"
     try:
@@ -618,7 +617,7 @@ def _remove_stale_temporaries(data_dir: DataDir) -> None:
     scratch = cat.warehouse_dir(data_dir) / SCRATCH_DIR
     if scratch.exists():  # under the build lock: no live build owns it
         log.info("removing %s, left by an interrupted build", scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch)  # a folder that cannot go would fail the build's mkdir anyway
     for path in candidates:
         build_id = path.name.removeprefix(TMP_PREFIX).removeprefix(SCRATCH_PREFIX)
         pid = cat.build_id_pid(build_id.removesuffix(".wal"))

@@ -135,10 +135,15 @@ def run(
 def warm(project_dir: Path, workdir: Path, variables: Mapping[str, Any]) -> bool:
     """Parse the project into this process's cache ahead of its builds (a process about to fork
     many builds parses once); False if it does not parse. ``workdir`` holds dbt's scratch files."""
+    from dbt.adapters.duckdb import DuckDBConnectionManager
+
     os.environ.update(QUIET_ENV)
     write_profile(workdir, workdir / SCRATCH_DATABASE)
     common = _common_args(project_dir, workdir, workdir, variables)
-    return _parsed(project_dir, common, variables) is not None
+    try:
+        return _parsed(project_dir, common, variables) is not None
+    finally:
+        DuckDBConnectionManager.close_all_connections()  # leave no connection behind, as run() does
 
 
 def _common_args(
