@@ -24,6 +24,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from membersync.warehouse.atomic import alive
+
 T = TypeVar("T")
 EXIT_INTERRUPTED = 130
 GRACE_S = 5.0
@@ -130,7 +132,7 @@ def stop_children(timeout: float = 2.0) -> None:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if _alive(p)]
+        pids = [p for p in pids if alive(p)]
         time.sleep(0.05)
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -156,14 +158,3 @@ def _descendants(root: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    with contextlib.suppress(OSError):
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    return True

@@ -17,6 +17,7 @@ rename of the same kind in :mod:`membersync.warehouse.build`, since DuckDB write
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import secrets
@@ -61,8 +62,37 @@ def open_new(path: Path) -> int:
     return fd
 
 
+def remove_dead_temporaries(path: Path) -> None:
+    """Remove the temporaries of ``path`` left by writers that are gone (killed mid-write).
+
+    A temporary's name carries its writer's pid (:func:`tmp_name`); one whose process still runs
+    is left alone (a concurrent writer, or a reused pid: it goes on a later write)."""
+    prefix = f".{path.name}{TMP_MARK}"
+    for entry in path.parent.glob(f"{glob.escape(prefix)}*"):
+        pid = entry.name.removeprefix(prefix).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    with contextlib.suppress(OSError, IndexError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Publish ``data`` at ``path`` (see the module's three steps); the folder must exist."""
+    """Publish ``data`` at ``path`` (see the module's three steps); the folder must exist.
+    A temporary of ``path`` that a killed writer left is removed first."""
+    remove_dead_temporaries(path)
     tmp = tmp_name(path)
     try:
         fd = open_new(tmp)

@@ -40,6 +40,7 @@ import duckdb
 import pyarrow as pa
 from membersync.warehouse import catalog as cat
 from membersync.warehouse import dbt_run
+from membersync.warehouse.atomic import alive
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import Manifest, read_manifests
 from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
@@ -621,7 +622,7 @@ def _remove_stale_temporaries(data_dir: DataDir) -> None:
     for path in candidates:
         build_id = path.name.removeprefix(TMP_PREFIX).removeprefix(SCRATCH_PREFIX)
         pid = cat.build_id_pid(build_id.removesuffix(".wal"))
-        if pid is not None and cat.alive(pid):
+        if pid is not None and alive(pid):
             continue
         log.info("removing %s, left by an interrupted build", path)
         if path.is_dir():

@@ -29,6 +29,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
+from membersync.warehouse.atomic import alive
 from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
 
@@ -254,16 +255,6 @@ def build_id_pid(name: str) -> int | None:
     """The process id a build id names (``<utc time>-<pid>-<random>``)."""
     fields = name.split("-")
     return int(fields[1]) if len(fields) >= 3 and fields[1].isdigit() else None
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def collect_garbage(data_dir: DataDir, keep: Iterable[str]) -> int:
