@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -127,7 +126,7 @@ from membersync.extract.records import (
     WebDoc,
 )
 from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
-from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.extract.settings import ServiceSettings, Settings
 
 try:
     import aiohttp
@@ -156,15 +155,15 @@ _ANSWER_RECORDS = catalogue.ANSWER_RECORDS
 # -- options and statistics ------------------------------------------------------------------
 
 
-# ClientOptions field -> (environment variable, type, smallest allowed value)
-_OPTION_ENV: dict[str, tuple[str, Callable[[str], float], float]] = {
-    "rate": ("MEMBERSYNC_RATE", float, 0.001),
-    "max_concurrency": ("MEMBERSYNC_MAX_CONCURRENCY", int, 1),
-    "connect_timeout": ("MEMBERSYNC_CONNECT_TIMEOUT", float, 0.001),
-    "read_timeout": ("MEMBERSYNC_READ_TIMEOUT", float, 0.001),
-    "request_timeout": ("MEMBERSYNC_REQUEST_TIMEOUT", float, 0.001),
-    "max_retries": ("MEMBERSYNC_MAX_RETRIES", int, 0),
-}
+# The ClientOptions fields a setting (MEMBERSYNC_<NAME>) may change.
+CLIENT_SETTINGS = (
+    "rate",
+    "max_concurrency",
+    "connect_timeout",
+    "read_timeout",
+    "request_timeout",
+    "max_retries",
+)
 
 
 @dataclass(frozen=True)
@@ -212,24 +211,15 @@ class ClientOptions:
                 raise ValueError(f"{name} must be > 0 seconds")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientOptions:
+    def from_settings(cls, settings: Settings) -> ClientOptions:
         """Defaults overridden by ``MEMBERSYNC_RATE`` (req/s cap), ``MEMBERSYNC_MAX_CONCURRENCY``,
         ``MEMBERSYNC_CONNECT_TIMEOUT``, ``MEMBERSYNC_READ_TIMEOUT``, ``MEMBERSYNC_REQUEST_TIMEOUT``
-        (seconds) and ``MEMBERSYNC_MAX_RETRIES``; a bad value is a one-line SettingsError."""
-        env = os.environ if env is None else env
-        kw: dict[str, Any] = {}
-        for name, (variable, kind, minimum) in _OPTION_ENV.items():
-            raw = env.get(variable, "").strip()
-            if not raw:
-                continue
-            try:
-                value = kind(raw)
-            except ValueError:
-                raise SettingsError(f"{variable} must be a number, got {raw!r}") from None
-            if not value >= minimum or value != value or value == float("inf"):
-                raise SettingsError(f"{variable} must be a finite number >= {minimum}, got {raw!r}")
-            kw[name] = value
-        return cls(**kw)
+        (seconds) and ``MEMBERSYNC_MAX_RETRIES``."""
+        return cls(**{name: getattr(settings, name) for name in CLIENT_SETTINGS})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientOptions:
+        return cls.from_settings(Settings.load(env))
 
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(

@@ -1,19 +1,41 @@
-"""Connection settings from the environment, with one-line errors that name what is missing.
+"""Every ``MEMBERSYNC_*`` setting, declared once and read once: :class:`Settings`.
 
-``MEMBERSYNC_BASE_URL``, ``MEMBERSYNC_USERNAME``, ``MEMBERSYNC_PASSWORD`` (required for a
-sync) and ``MEMBERSYNC_PROFILE`` (optional path of the tenant profile TOML). The password
-is held as a :class:`pydantic.SecretStr` so that no repr, log or Prefect result shows it.
+A command builds one :class:`Settings` (:meth:`Settings.load`, from the environment) and passes
+it down; each part takes what it needs from it (:meth:`ServiceSettings.from_settings`,
+``ClientOptions.from_settings``, ``SyncOptions.from_settings``, ``DataDir.from_settings``, ...).
+No other module reads a ``MEMBERSYNC_*`` variable (``tests/test_declared_once.py`` checks it).
+
+A bad value is a one-line :class:`SettingsError` naming the variable (the CLI exits 2); a secret's
+value (credentials, notification URLs) is never shown, and passwords are held as
+:class:`pydantic.SecretStr` so that no repr, log or Prefect result shows them.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+import contextlib
+import contextvars
+import datetime as dt
+import logging
+import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+from membersync.extract import constants
 from membersync.extract.profile import Profile
-from pydantic import SecretStr
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+log = logging.getLogger(__name__)
+
+PREFIX = "MEMBERSYNC_"
 
 
 class SettingsError(ValueError):
@@ -34,34 +56,184 @@ class ServiceSettings:
     username: SecretStr
     password: SecretStr
     profile_path: str | None = None
+    tenant: str | None = None  # MEMBERSYNC_TENANT: the tenant a night records in its manifest
 
     def __repr__(self) -> str:  # never show the credentials, even masked ones' length
-        return f"ServiceSettings(base_url={self.base_url!r}, profile_path={self.profile_path!r})"
+        return (
+            f"ServiceSettings(base_url={self.base_url!r}, profile_path={self.profile_path!r}, "
+            f"tenant={self.tenant!r})"
+        )
 
     __str__ = __repr__
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ServiceSettings:
-        env = os.environ if env is None else env
-        missing = [
-            k for k in ("MEMBERSYNC_BASE_URL", "MEMBERSYNC_USERNAME", "MEMBERSYNC_PASSWORD") if not env.get(k)
-        ]
-        if missing:
-            raise SettingsError(f"missing setting {missing[0]} (set it in the environment)")
-        base_url = env["MEMBERSYNC_BASE_URL"].strip()
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SettingsError("MEMBERSYNC_BASE_URL must be an http(s) URL such as http://127.0.0.1:8700")
-        if parts.username or parts.password:
-            raise SettingsError(
-                "MEMBERSYNC_BASE_URL must not carry credentials: use MEMBERSYNC_USERNAME/PASSWORD"
-            )
-        return cls(
-            base_url=base_url.rstrip("/"),
-            username=SecretStr(env["MEMBERSYNC_USERNAME"]),
-            password=SecretStr(env["MEMBERSYNC_PASSWORD"]),
-            profile_path=env.get("MEMBERSYNC_PROFILE") or None,
-        )
-
     def profile(self) -> Profile:
         return Profile.load(self.profile_path)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServiceSettings:
+        """The service's address and credentials (required for a sync: a missing one is named)."""
+        missing = [n for n in ("base_url", "username", "password") if getattr(settings, n) is None]
+        if missing:
+            raise SettingsError(f"missing setting {env_name(missing[0])} (set it in the environment)")
+        assert settings.base_url and settings.username and settings.password  # for mypy
+        return cls(
+            base_url=settings.base_url,
+            username=settings.username,
+            password=settings.password,
+            profile_path=settings.profile,
+            tenant=settings.tenant,
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ServiceSettings:
+        return cls.from_settings(Settings.load(env))
+
+
+# --- the one declaration -----------------------------------------------------------------------
+
+
+def _strip(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http(s) URL such as http://127.0.0.1:8700")
+    if parts.username or parts.password:
+        raise ValueError("must not carry credentials: use MEMBERSYNC_USERNAME/PASSWORD")
+    return value.rstrip("/")
+
+
+Text = Annotated[str | None, BeforeValidator(_strip)]
+Seconds = Annotated[float, Field(gt=0), AfterValidator(_finite)]
+Flag = Annotated[bool, BeforeValidator(_lower)]
+
+# A bad value of these is never shown, only the variable's name (the URL may carry credentials).
+SECRET_SETTINGS = frozenset({"username", "password", "notify", "base_url"})
+
+_ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environ", default=None)
+
+
+class _Environment(EnvSettingsSource):
+    """The environment :meth:`Settings.load` was given (``os.environ`` when none)."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ = _ENVIRON.get()
+        if environ is None:
+            return super()._load_env_vars()
+        return parse_env_vars(environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+class Settings(BaseSettings):
+    """Every setting of membersync: field ``x`` is the environment variable ``MEMBERSYNC_X``.
+
+    Empty values count as unset. Defaults are the production ones; tests compare them with the
+    defaults of the option objects built from them, so the two cannot drift.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, case_sensitive=False, env_ignore_empty=True, extra="ignore", frozen=True
+    )
+
+    # -- the service and the tenant
+    base_url: Annotated[Text, AfterValidator(_http_url)] = None
+    username: SecretStr | None = None
+    password: SecretStr | None = None
+    profile: Text = None  # path of the tenant profile TOML (extract/profile.py)
+    tenant: Text = None  # the tenant a night records in its manifest
+    tenants_file: Text = None  # the tenants file a work-pool worker reads (flows/tenants.py)
+    # -- the client (extract/client.py; defaults in extract/constants.py)
+    rate: Annotated[float | None, Field(gt=0), AfterValidator(_finite)] = None  # req/s cap
+    max_concurrency: Annotated[int, Field(ge=1)] = constants.MAX_CONCURRENCY
+    connect_timeout: Seconds = constants.CONNECT_TIMEOUT
+    read_timeout: Seconds = constants.READ_TIMEOUT
+    request_timeout: Seconds = constants.REQUEST_TIMEOUT
+    max_retries: Annotated[int, Field(ge=0)] = constants.MAX_RETRIES
+    # -- a night (flows/nightly.py)
+    batch_size: Annotated[int, Field(ge=1)] = 250
+    batches_in_flight: Annotated[int, Field(ge=1)] = 2
+    lookback_days: Annotated[int, Field(ge=0)] = 7
+    points_start: dt.date = dt.date(2000, 1, 1)
+    watermark_overlap_minutes: Annotated[int, Field(ge=0)] = 15
+    build: Flag = True  # build the warehouse and export the reports after the commit
+    whole_history: Flag = True
+    prefect: Flag = True  # off: the same night without Prefect
+    # -- the nightly self-audit (flows/audit.py)
+    audit_share: Annotated[float, Field(ge=0, le=1)] = 0.01
+    audit_min: Annotated[int, Field(ge=0)] = 20
+    audit_max_requests: Annotated[int, Field(ge=0)] = 10_000
+    audit_heal: Annotated[Literal["next", "now"], BeforeValidator(_lower)] = "next"
+    # -- the warehouse and its readers
+    data_dir: Text = None  # a local path or s3://bucket/prefix (warehouse/paths.py)
+    cache_dir: Text = None  # the local working dir of an s3:// data location
+    dbt_threads: Annotated[int, Field(ge=1)] = 4
+    stale_after_hours: Seconds = 36.0
+    notify: SecretStr | None = None  # Apprise URLs (flows/notify.py)
+    # -- fault injection for the reliability tests (warehouse/crashpoints.py)
+    crash_at: Text = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _Environment(settings_cls))
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings from ``env`` (default: the process environment); a bad value raises a
+        one-line :class:`SettingsError` naming its variable."""
+        with _given_environment(env):
+            try:
+                return cls()
+            except ValidationError as exc:
+                raise SettingsError(_one_line(exc)) from None
+
+    def service_env(self) -> dict[str, str]:
+        """The service's settings as environment variables (for a child process)."""
+        out = {env_name("base_url"): self.base_url or ""}
+        for name in ("username", "password"):
+            secret = getattr(self, name)
+            out[env_name(name)] = secret.get_secret_value() if secret else ""
+        return {k: v for k, v in out.items() if v}
+
+
+def env_name(field: str) -> str:
+    return f"{PREFIX}{field.upper()}"
+
+
+@contextlib.contextmanager
+def _given_environment(env: Mapping[str, str] | None) -> Iterator[None]:
+    token = _ENVIRON.set(env)
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
+def _one_line(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False, include_input=True)[0]
+    field = str(error["loc"][0]) if error["loc"] else ""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    message = message[0].lower() + message[1:] if message else "is not valid"
+    message = message.removeprefix("input ")
+    if field in SECRET_SETTINGS or "input" not in error:
+        return f"{env_name(field)}: {message}"
+    return f"{env_name(field)}: {message}, got {str(error['input'])!r}"

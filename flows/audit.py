@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings
 from membersync.flows import batches as B
 from membersync.models import tables as T
 from membersync.models.coerce import TimezoneLookup
@@ -64,14 +63,6 @@ VOLATILE_COLUMNS: dict[str, frozenset[str]] = {"ledger_balances": frozenset({"as
 # What one audited client costs: the nine per-client reads (the audit skips the affiliated
 # package round: it compares none of that table, and the budget stays exact).
 REQUESTS_PER_CLIENT = len(B.FANOUT_ENDPOINTS)
-HEAL_MODES = ("next", "now")
-
-_ENV = {
-    "share": "MEMBERSYNC_AUDIT_SHARE",
-    "minimum": "MEMBERSYNC_AUDIT_MIN",
-    "max_requests": "MEMBERSYNC_AUDIT_MAX_REQUESTS",
-    "heal": "MEMBERSYNC_AUDIT_HEAL",
-}
 
 Key = tuple[Any, ...]
 Row = tuple[Any, ...]
@@ -91,33 +82,19 @@ class AuditOptions:
     heal: str = "next"  # next: the next night re-syncs them; now: this night does
 
     @classmethod
+    def from_settings(cls, settings: Settings) -> AuditOptions:
+        """``MEMBERSYNC_AUDIT_SHARE`` (0..1), ``MEMBERSYNC_AUDIT_MIN``, ``MEMBERSYNC_AUDIT_MAX_REQUESTS``
+        (0 turns the nightly audit off) and ``MEMBERSYNC_AUDIT_HEAL`` (next|now)."""
+        return cls(
+            share=settings.audit_share,
+            minimum=settings.audit_min,
+            max_requests=settings.audit_max_requests,
+            heal=settings.audit_heal,
+        )
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AuditOptions:
-        """Defaults overridden by ``MEMBERSYNC_AUDIT_SHARE`` (0..1), ``MEMBERSYNC_AUDIT_MIN``,
-        ``MEMBERSYNC_AUDIT_MAX_REQUESTS`` (0 turns the nightly audit off) and
-        ``MEMBERSYNC_AUDIT_HEAL`` (next|now); a bad value raises a one-line SettingsError."""
-        env = os.environ if env is None else env
-        kw: dict[str, Any] = {}
-        if raw := env.get(_ENV["share"]):
-            try:
-                share = float(raw)
-            except ValueError:
-                share = math.nan
-            if not 0.0 <= share <= 1.0:
-                raise SettingsError(f"{_ENV['share']} must be a number from 0 to 1, got {raw!r}")
-            kw["share"] = share
-        for name in ("minimum", "max_requests"):
-            if raw := env.get(_ENV[name]):
-                try:
-                    kw[name] = int(raw)
-                except ValueError:
-                    raise SettingsError(f"{_ENV[name]} must be a whole number, got {raw!r}") from None
-                if kw[name] < 0:
-                    raise SettingsError(f"{_ENV[name]} must be at least 0, got {kw[name]}")
-        if raw := env.get(_ENV["heal"]):
-            if raw.strip().lower() not in HEAL_MODES:
-                raise SettingsError(f"{_ENV['heal']} must be next or now, got {raw!r}")
-            kw["heal"] = raw.strip().lower()
-        return cls(**kw)
+        return cls.from_settings(Settings.load(env))
 
 
 def sample_size(known: int, candidates: int, options: AuditOptions) -> int:

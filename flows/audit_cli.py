@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from membersync.extract.profile import ProfileError
-from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows import nightly
@@ -63,10 +63,11 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
 
     try:
         wanted = parse_clients(clients)
-        settings = ServiceSettings.from_env()
+        config = Settings.load()  # every MEMBERSYNC_* variable, read and checked once
+        settings = ServiceSettings.from_settings(config)
         settings.profile()
-        options = nightly.SyncOptions.from_env()
-        data_dir = DataDir.from_env()
+        options = nightly.SyncOptions.from_settings(config)
+        data_dir = DataDir.from_settings(config)
     except (AuditUsageError, SettingsError, ProfileError) as exc:
         return _fail(str(exc), 2)
     started = dt.datetime.now(dt.UTC)

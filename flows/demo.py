@@ -17,6 +17,7 @@ import datetime as dt
 import os
 from pathlib import Path
 
+from membersync.extract.settings import Settings
 from membersync.warehouse.paths import DEFAULT_DATA_DIR, DataDir
 from rich.console import Console
 from rich.table import Table
@@ -34,11 +35,8 @@ def run_demo(clients: int = 300) -> int:
     from membersync.flows.progress import RichProgress
     from membersync.flows.sync_cli import print_summary
 
-    data_dir = (
-        DataDir(Path(os.environ["MEMBERSYNC_DATA_DIR"]).resolve())
-        if os.environ.get("MEMBERSYNC_DATA_DIR")
-        else DataDir(DEMO_DATA_DIR)
-    )
+    chosen = Settings.load().data_dir
+    data_dir = DataDir(Path(chosen).resolve()) if chosen else DataDir(DEMO_DATA_DIR)
     night = dt.date.today()
     config = SandboxConfig(clients=clients, username="demo", password="demo-sandbox-password")
     out.print(

@@ -8,7 +8,7 @@ it is fresh). Bad input (a threshold that is not a positive number, a malformed 
 
 from __future__ import annotations
 
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError
 from membersync.flows.notify import NOTIFY_ENV, Notifier
 from membersync.warehouse import freshness
 from membersync.warehouse.manifest import ManifestError
@@ -21,31 +21,32 @@ err = Console(stderr=True, highlight=False)
 EXIT_FRESH, EXIT_STALE = 0, 1
 
 
-def threshold_hours(max_age_hours: str | None) -> float:
+def threshold_hours(max_age_hours: str | None, config: Settings) -> float:
     """``--max-age-hours`` when given (checked), else ``MEMBERSYNC_STALE_AFTER_HOURS``, else 36.
 
     The option arrives as text so that a bad value is our one line, not the parser's usage box.
     """
     if max_age_hours is None:
-        return freshness.stale_after_hours()
+        return config.stale_after_hours
     return freshness.parse_hours(max_age_hours, "--max-age-hours")
 
 
-def notifier_for(notify: bool) -> Notifier | None:
+def notifier_for(notify: bool, config: Settings) -> Notifier | None:
     """The notifier ``--notify`` asks for; checked before anything is read (bad input first)."""
     if not notify:
         return None
-    notifier = Notifier.from_env()
+    notifier = Notifier.from_settings(config)
     if not notifier.enabled:
         raise SettingsError(f"missing setting {NOTIFY_ENV} (--notify sends through its Apprise URLs)")
     return notifier
 
 
 def run_freshness_cli(max_age_hours: str | None, notify: bool = False) -> int:
-    limit = threshold_hours(max_age_hours)
-    notifier = notifier_for(notify)
+    config = Settings.load()  # every MEMBERSYNC_* variable, read and checked once
+    limit = threshold_hours(max_age_hours, config)
+    notifier = notifier_for(notify, config)
     try:
-        answer = freshness.check(DataDir.from_env().manifests, limit)
+        answer = freshness.check(DataDir.from_settings(config).manifests, limit)
     except ManifestError as exc:  # a manifest that cannot be read: the warehouse needs a look
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return EXIT_STALE

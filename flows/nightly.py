@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows import nightgc
@@ -61,16 +61,6 @@ CONFIG_BATCH = "config"
 
 
 # --- options ------------------------------------------------------------------------------------
-
-_ENV = {
-    "batch_size": "MEMBERSYNC_BATCH_SIZE",
-    "batches_in_flight": "MEMBERSYNC_BATCHES_IN_FLIGHT",
-    "lookback_days": "MEMBERSYNC_LOOKBACK_DAYS",
-    "points_start": "MEMBERSYNC_POINTS_START",
-    "watermark_overlap": "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES",
-    "build": "MEMBERSYNC_BUILD",
-    "whole_history": "MEMBERSYNC_WHOLE_HISTORY",
-}
 
 
 @dataclass(frozen=True)
@@ -88,52 +78,29 @@ class SyncOptions:
     audit: A.AuditOptions = field(default_factory=A.AuditOptions)  # the nightly self-audit
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
-        """Defaults overridden by ``MEMBERSYNC_BATCH_SIZE``, ``MEMBERSYNC_BATCHES_IN_FLIGHT``,
-        ``MEMBERSYNC_LOOKBACK_DAYS``, ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD),
-        ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES``, ``MEMBERSYNC_WHOLE_HISTORY`` (on/off) and
-        ``MEMBERSYNC_BUILD`` (on/off: the warehouse build after the commit), the self-audit's
-        ``MEMBERSYNC_AUDIT_*`` (:meth:`AuditOptions.from_env`) and the client's options
-        (:meth:`ClientOptions.from_env`); a bad value raises a one-line SettingsError."""
-        env = os.environ if env is None else env
-        kw: dict[str, Any] = {}
-        for name, minimum in (("batch_size", 1), ("batches_in_flight", 1), ("lookback_days", 0)):
-            raw = env.get(_ENV[name])
-            if raw:
-                kw[name] = _int_setting(_ENV[name], raw, minimum)
-        if raw := env.get(_ENV["points_start"]):
-            try:
-                kw["points_start"] = dt.date.fromisoformat(raw)
-            except ValueError:
-                raise SettingsError(
-                    f"{_ENV['points_start']} must be a date YYYY-MM-DD, got {raw!r}"
-                ) from None
-        if raw := env.get(_ENV["watermark_overlap"]):
-            minutes = _int_setting(_ENV["watermark_overlap"], raw, 0)
-            kw["watermark_overlap"] = dt.timedelta(minutes=minutes)
-        for name in ("build", "whole_history"):
-            if raw := env.get(_ENV[name]):
-                flag = raw.strip().lower()
-                if flag not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
-                    raise SettingsError(f"{_ENV[name]} must be on or off, got {raw!r}")
-                kw[name] = flag in ("on", "1", "true", "yes")
+    def from_settings(cls, settings: Settings) -> SyncOptions:
+        """``MEMBERSYNC_BATCH_SIZE``, ``MEMBERSYNC_BATCHES_IN_FLIGHT``, ``MEMBERSYNC_LOOKBACK_DAYS``,
+        ``MEMBERSYNC_POINTS_START`` (YYYY-MM-DD), ``MEMBERSYNC_WATERMARK_OVERLAP_MINUTES``,
+        ``MEMBERSYNC_WHOLE_HISTORY`` (on/off), ``MEMBERSYNC_BUILD`` (on/off: the warehouse build
+        after the commit), the self-audit's ``MEMBERSYNC_AUDIT_*`` and the client's options."""
         from membersync.extract.client import ClientOptions
 
-        client_options = ClientOptions.from_env(env)
-        if client_options != ClientOptions():
-            kw["client_options"] = client_options
-        kw["audit"] = A.AuditOptions.from_env(env)
-        return cls(**kw)
+        client_options = ClientOptions.from_settings(settings)
+        return cls(
+            batch_size=settings.batch_size,
+            batches_in_flight=settings.batches_in_flight,
+            lookback_days=settings.lookback_days,
+            points_start=settings.points_start,
+            watermark_overlap=dt.timedelta(minutes=settings.watermark_overlap_minutes),
+            build=settings.build,
+            whole_history=settings.whole_history,
+            client_options=None if client_options == ClientOptions() else client_options,
+            audit=A.AuditOptions.from_settings(settings),
+        )
 
-
-def _int_setting(name: str, raw: str, minimum: int) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < minimum:
-        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
+        return cls.from_settings(Settings.load(env))
 
 
 # --- the summary -----------------------------------------------------------------------------------
@@ -341,9 +308,9 @@ class NightRun:
         from membersync.extract.client import ServiceClient
 
         self.data_dir.ensure()
-        from membersync.flows.tenants import explicit_tenant, foreign_tenant
+        from membersync.flows.tenants import foreign_tenant
 
-        self.tenant = explicit_tenant(os.environ)
+        self.tenant = self.settings.tenant
         refusal = foreign_tenant(((m.snapshot_date, m.tenant) for m in self.zone.manifests()), self.tenant)
         if refusal is not None:
             raise SettingsError(refusal)

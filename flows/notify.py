@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from membersync.extract import redact
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.warehouse.freshness import Freshness, hours
 
 log = logging.getLogger(__name__)
 
-NOTIFY_ENV = "MEMBERSYNC_NOTIFY"
-TENANT_ENV = "MEMBERSYNC_TENANT"
+NOTIFY_ENV = env_name("notify")
 _SEPARATORS = re.compile(r"[,\s]+")
 
 
@@ -79,19 +77,17 @@ def check_urls(urls: list[str]) -> None:
         redact.register_secret(url)
 
 
-def tenant_name(env: Mapping[str, str]) -> str:
+def tenant_name(settings: Settings) -> str:
     """``MEMBERSYNC_TENANT``, else the service's host name, else a generic name."""
-    tenant = env.get(TENANT_ENV, "").strip()
-    if tenant:
-        return tenant
-    host = urlsplit(env.get("MEMBERSYNC_BASE_URL", "").strip()).hostname
-    return host or "membersync"
+    if settings.tenant:
+        return settings.tenant
+    return (urlsplit(settings.base_url).hostname if settings.base_url else None) or "membersync"
 
 
-def _credentials(env: Mapping[str, str]) -> tuple[str, ...]:
+def _credentials(settings: Settings) -> tuple[str, ...]:
     """The service credentials in every rendering a text could hold, for :func:`redact.scrub`."""
-    username = env.get("MEMBERSYNC_USERNAME", "")
-    password = env.get("MEMBERSYNC_PASSWORD", "")
+    username = settings.username.get_secret_value() if settings.username else ""
+    password = settings.password.get_secret_value() if settings.password else ""
     if username and password:
         redact.register_credentials(username, password)
     return tuple(value for value in (username, password) if value)
@@ -106,11 +102,14 @@ class Notifier:
     secrets: tuple[str, ...] = ()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Notifier:
-        env = os.environ if env is None else env
-        urls = split_urls(env.get(NOTIFY_ENV, ""))
+    def from_settings(cls, settings: Settings) -> Notifier:
+        urls = split_urls(settings.notify.get_secret_value() if settings.notify else "")
         check_urls(urls)
-        return cls(tuple(urls), tenant_name(env), _credentials(env))
+        return cls(tuple(urls), tenant_name(settings), _credentials(settings))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Notifier:
+        return cls.from_settings(Settings.load(env))
 
     @property
     def enabled(self) -> bool:

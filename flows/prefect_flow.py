@@ -18,7 +18,7 @@ import logging
 import uuid
 from typing import Any
 
-from membersync.extract.settings import ServiceSettings
+from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows import nightly
 from membersync.flows.nightly import NightRun, StepRunner, SyncOptions, drive, holding_lock, unwrap
 from membersync.warehouse.paths import DataDir
@@ -96,16 +96,21 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
     # `serve` ships this function by value (cloudpickle) to the process that runs it: a name
     # its annotations use (dt) must also appear in its body, or Prefect cannot resolve them there.
     night = night or dt.date.today()
-    return await run_night_in_flow(night, full, SyncOptions.from_env())
+    # The environment, read here: a flow run may be in another process (serve, a worker), and
+    # parameters must never carry the credentials.
+    config = Settings.load()
+    return await run_night_in_flow(night, full, config, SyncOptions.from_settings(config))
 
 
-async def run_night_in_flow(night: dt.date | None, full: bool, options: SyncOptions) -> dict[str, Any]:
-    """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): settings
-    and data dir from the environment, the steps as tasks, the summary as artifacts."""
+async def run_night_in_flow(
+    night: dt.date | None, full: bool, config: Settings, options: SyncOptions
+) -> dict[str, Any]:
+    """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): service and
+    data dir from ``config``, the steps as tasks, the summary as artifacts."""
     from prefect.artifacts import acreate_table_artifact
 
-    settings = ServiceSettings.from_env()
-    data_dir = DataDir.from_env()
+    settings = ServiceSettings.from_settings(config)
+    data_dir = DataDir.from_settings(config)
     factory = nightly.progress_factory
     progress = factory() if factory is not None else None
     run = NightRun(

@@ -25,7 +25,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
-from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.warehouse.paths import DataDir
 from rich.console import Console
 
@@ -145,9 +145,10 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
     """Serve ``membersync-nightly/nightly`` until interrupted. Bad input raises SettingsError."""
     from membersync.flows.nightly import prepare_prefect_env
 
-    ServiceSettings.from_env()  # a missing setting is reported now, not at 02:00
+    config = Settings.load()
+    ServiceSettings.from_settings(config)  # a missing setting is reported now, not at 02:00
     prepare_prefect_env()
-    data_dir = DataDir.from_env()
+    data_dir = DataDir.from_settings(config)
     check_schedule(cron, timezone, interval)
     try:
         data_dir.ensure()

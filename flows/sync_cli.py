@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from membersync.extract.profile import ProfileError
-from membersync.extract.settings import ServiceSettings, SettingsError
+from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import logfile, nightly
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.notify import Notifier
@@ -48,11 +47,12 @@ def run_sync_cli(
 
     started = time.monotonic()
     try:
-        settings = ServiceSettings.from_env()
+        config = Settings.load()  # every MEMBERSYNC_* variable, read and checked once
+        settings = ServiceSettings.from_settings(config)
         settings.profile()
-        options = nightly.SyncOptions.from_env()
-        data_dir = DataDir.from_env()
-        notifier = Notifier.from_env()  # a malformed MEMBERSYNC_NOTIFY is bad input, before any work
+        options = nightly.SyncOptions.from_settings(config)
+        data_dir = DataDir.from_settings(config)
+        notifier = Notifier.from_settings(config)  # a bad MEMBERSYNC_NOTIFY: before any work
     except (SettingsError, ProfileError) as exc:
         return _fail(str(exc), 2)
     try:
@@ -63,18 +63,13 @@ def run_sync_cli(
     zone = LandingZone(data_dir)
     refusal = check_night(night, zone.state().committed, dt.date.today(), force)
     if refusal is None:  # a location whose manifests name another tenant is not this night's
-        from membersync.flows.tenants import explicit_tenant, foreign_tenant
+        from membersync.flows.tenants import foreign_tenant
 
         owners = ((m.snapshot_date, m.tenant) for m in zone.manifests())
-        refusal = foreign_tenant(owners, explicit_tenant(os.environ))
+        refusal = foreign_tenant(owners, settings.tenant)
     if refusal is not None:
         return _fail(refusal, 2)
-    use_prefect = os.environ.get("MEMBERSYNC_PREFECT", "on").strip().lower() not in (
-        "off",
-        "0",
-        "false",
-        "no",
-    )
+    use_prefect = config.prefect
     log_file = logfile.start(data_dir, f"sync-{night.isoformat()}")
     logfile.capture_stray_output(log_file, err)
     resume_hint = f"membersync sync --date {night.isoformat()}" + (" --full" if full else "")

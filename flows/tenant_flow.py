@@ -36,26 +36,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
 from prefect import flow
 
 log = logging.getLogger(__name__)
 
-TENANTS_FILE_ENV = "MEMBERSYNC_TENANTS_FILE"
+TENANTS_FILE_ENV = env_name("tenants_file")
 DEFAULT_POOL = "membersync"
 FLOW_NAME = "membersync-tenant-night"
 ENTRYPOINT = "membersync.flows.tenant_flow:tenant_night"
 RATE_LIMIT_PREFIX = "membersync-rate-"
 # The tenant settings a night takes from the tenants file; a worker's own values are dropped.
-_TENANT_KEYS = (
-    "MEMBERSYNC_BASE_URL",
-    "MEMBERSYNC_USERNAME",
-    "MEMBERSYNC_PASSWORD",
-    "MEMBERSYNC_DATA_DIR",
-    "MEMBERSYNC_PROFILE",
-    "MEMBERSYNC_RATE",
-    "MEMBERSYNC_TENANT",
+_TENANT_KEYS = tuple(
+    env_name(n) for n in ("base_url", "username", "password", "data_dir", "profile", "rate", "tenant")
 )
 # Slots taken per call to the Prefect server: about this many calls per second per tenant.
 ACQUISITIONS_PER_SECOND = 4
@@ -117,9 +111,9 @@ class SharedRateGate:
 # --- on the worker: one tenant's night ------------------------------------------------------------
 
 
-def find_tenant(name: str, environ: Mapping[str, str]) -> Tenant:
+def find_tenant(name: str, config: Settings) -> Tenant:
     """The tenant ``name`` of the tenants file named by ``MEMBERSYNC_TENANTS_FILE``."""
-    path = environ.get(TENANTS_FILE_ENV, "").strip()
+    path = config.tenants_file
     if not path:
         raise SettingsError(f"missing setting {TENANTS_FILE_ENV} (the deployment's job variables set it)")
     for tenant in load_tenants(path):
@@ -128,8 +122,9 @@ def find_tenant(name: str, environ: Mapping[str, str]) -> Tenant:
     raise SettingsError(f"tenants file {path}: no tenant {name!r}")
 
 
-async def tenant_env(tenant: Tenant, environ: Mapping[str, str]) -> dict[str, str]:
-    """The tenant's ``MEMBERSYNC_*`` settings, credentials resolved here (on the worker)."""
+async def tenant_env(tenant: Tenant, environ: Mapping[str, str], config: Settings) -> dict[str, str]:
+    """The tenant's ``MEMBERSYNC_*`` settings, credentials resolved here (on the worker) from the
+    variables the tenants file names (``environ``) or its Secret block."""
     env = tenant.night_env(environ)
     if tenant.credentials_block is not None:
         from prefect.blocks.system import Secret
@@ -146,16 +141,15 @@ async def tenant_env(tenant: Tenant, environ: Mapping[str, str]) -> dict[str, st
             )
         env["MEMBERSYNC_USERNAME"] = str(value["username"])
         env["MEMBERSYNC_PASSWORD"] = str(value["password"])
-    cache = environ.get("MEMBERSYNC_CACHE_DIR", "").strip()
-    if cache:  # one working dir per tenant under a worker-wide cache dir
-        env["MEMBERSYNC_CACHE_DIR"] = str(Path(cache) / tenant.name)
+    if config.cache_dir:  # one working dir per tenant under a worker-wide cache dir
+        env[env_name("cache_dir")] = str(Path(config.cache_dir) / tenant.name)
     return env
 
 
 @contextlib.contextmanager
 def tenant_environment(env: Mapping[str, str]) -> Iterator[None]:
     """``os.environ`` with the tenant's settings (and no other tenant's), restored on exit."""
-    keys = set(_TENANT_KEYS) | set(env) | {"MEMBERSYNC_CACHE_DIR"}
+    keys = set(_TENANT_KEYS) | set(env) | {env_name("cache_dir")}
     saved = {k: os.environ.get(k) for k in keys}
     for key in _TENANT_KEYS:
         os.environ.pop(key, None)
@@ -182,10 +176,12 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
     from membersync.flows.prefect_flow import run_night_in_flow
 
     prepare_prefect_env()
-    found = find_tenant(tenant, os.environ)
-    env = await tenant_env(found, os.environ)
+    worker = Settings.load()
+    found = find_tenant(tenant, worker)
+    env = await tenant_env(found, os.environ, worker)
     with tenant_environment(env):
-        options = SyncOptions.from_env()
+        config = Settings.load()  # the worker's settings with the tenant's over them
+        options = SyncOptions.from_settings(config)
         gate = None
         if found.rate is not None:
             gate = SharedRateGate(rate_limit_name(found.name), chunk_for(found.rate))
@@ -198,7 +194,7 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
             f"{rate_limit_name(found.name)} ({found.rate:g} req/s)" if found.rate else "none",
         )
         try:
-            return await run_night_in_flow(night, full, options)
+            return await run_night_in_flow(night, full, config, options)
         finally:
             if gate is not None:
                 log.info("tenant %s: %d slot acquisitions of %d", found.name, gate.acquisitions, gate.chunk)

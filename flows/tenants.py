@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import SettingsError, env_name
 
-TENANT_ENV = "MEMBERSYNC_TENANT"
+TENANT_ENV = env_name("tenant")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BLOCK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
@@ -275,12 +275,6 @@ def foreign_tenant(manifest_tenants: Iterable[tuple[object, str | None]], tenant
                 f"refusing to write {who} there (check MEMBERSYNC_DATA_DIR and {TENANT_ENV})"
             )
     return None
-
-
-def explicit_tenant(environ: Mapping[str, str]) -> str | None:
-    """The tenant a night records in its manifest: ``MEMBERSYNC_TENANT`` when set, else none."""
-    value = environ.get(TENANT_ENV, "").strip()
-    return value or None
 
 
 def run_tenants_check(path: str, out: Any, err: Any) -> int:

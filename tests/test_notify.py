@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 import pytest
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError
 from membersync.flows.notify import Notifier, night_failed_message, split_urls, tenant_name
 from membersync.warehouse import freshness
 from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest
@@ -415,9 +415,11 @@ def test_thresholds_urls_and_tenant() -> None:
         "jsons://b/y",
         "mailtos://u:p@c",
     ]
-    assert tenant_name({"MEMBERSYNC_BASE_URL": "https://acme.example.com/"}) == "acme.example.com"
-    assert tenant_name({"MEMBERSYNC_TENANT": " Acme ", "MEMBERSYNC_BASE_URL": "https://x"}) == "Acme"
-    assert tenant_name({}) == "membersync"
+    acme = Settings.load({"MEMBERSYNC_BASE_URL": "https://acme.example.com/"})
+    assert tenant_name(acme) == "acme.example.com"
+    tenant = Settings.load({"MEMBERSYNC_TENANT": " Acme ", "MEMBERSYNC_BASE_URL": "https://x"})
+    assert tenant_name(tenant) == "Acme"
+    assert tenant_name(Settings.load({})) == "membersync"
     assert not Notifier.from_env({}).enabled
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+from membersync.extract.settings import Settings
 from membersync.warehouse import catalog as cat
 from membersync.warehouse import dbt_run
 from membersync.warehouse.atomic import alive
@@ -50,9 +51,6 @@ log = logging.getLogger(__name__)
 SQL_DIR = dbt_run.SQL_DIR
 LAYERS = ("staging", "marts", "reports")
 TMP_PREFIX = "warehouse.duckdb.building-"
-# dbt runs independent models and tests side by side: its own per-node overhead is most of a
-# small night's build, and DuckDB works outside the GIL (measured: see README, Benchmarks).
-DBT_THREADS = int(os.environ.get("MEMBERSYNC_DBT_THREADS", "4"))
 SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
 SCRATCH_DIR = "scratch"
 # The published state an incremental build continues from (dbt source `prior`).
@@ -420,7 +418,9 @@ def _run_dbt(
     # cache stays valid.
     state_dir = cat.warehouse_dir(data_dir) / "dbt"
     dbt_run.reset_cache_for(state_dir, project)
-    dbt_run.write_profile(scratch_dir, scratch, threads=DBT_THREADS)
+    # dbt runs independent models and tests side by side (MEMBERSYNC_DBT_THREADS, default 4): its
+    # own per-node overhead is most of a small night's build, and DuckDB works outside the GIL.
+    dbt_run.write_profile(scratch_dir, scratch, threads=Settings.load().dbt_threads)
     run = dbt_run.run_build(project, scratch_dir, state_dir, {"incremental": not plan.full_refresh})
     if not run.nodes and not run.success:
         raise BuildCheckError("dbt", "parses", run.error or f"dbt failed; see {run.log_file}")

@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import signal
 
-ENV = "MEMBERSYNC_CRASH_AT"
+from membersync.extract.settings import env_name
+
+ENV = env_name("crash_at")
 POINTS = (
     "after_batch_landed",
     "before_commit",
@@ -34,7 +36,7 @@ _seen: dict[str, int] = {}
 
 def crashpoint(name: str) -> None:
     """Die here (SIGKILL) when ``MEMBERSYNC_CRASH_AT`` names this point and its count is reached."""
-    wanted = os.environ.get(ENV)
+    wanted = os.environ.get(ENV)  # read at each point, not once: tests set it per child process
     if not wanted:
         return
     point, _, nth = wanted.partition(":")

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.warehouse.manifest import read_manifest
 
-STALE_AFTER_ENV = "MEMBERSYNC_STALE_AFTER_HOURS"
-DEFAULT_STALE_AFTER_HOURS = 36.0
+STALE_AFTER_ENV = env_name("stale_after_hours")
 
 
 @dataclass(frozen=True)
@@ -59,9 +57,7 @@ def parse_hours(raw: str, name: str) -> float:
 
 def stale_after_hours(env: Mapping[str, str] | None = None) -> float:
     """The threshold from ``MEMBERSYNC_STALE_AFTER_HOURS`` (default 36)."""
-    env = os.environ if env is None else env
-    raw = env.get(STALE_AFTER_ENV, "").strip()
-    return parse_hours(raw, STALE_AFTER_ENV) if raw else DEFAULT_STALE_AFTER_HOURS
+    return Settings.load(env).stale_after_hours
 
 
 def committed_nights(manifests_dir: Path) -> list[dt.date]:

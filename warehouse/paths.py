@@ -24,10 +24,11 @@ staging area, the lock, the logs, a mirror of the committed files and the DuckDB
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
 FILE_MODE = 0o600
@@ -40,12 +41,16 @@ class DataDir:
     remote: str | None = None  # "s3://bucket/prefix" when the data location is object storage
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> DataDir:
-        env = dict(os.environ) if env is None else env
-        raw = env.get("MEMBERSYNC_DATA_DIR")
+    def from_settings(cls, settings: Settings) -> DataDir:
+        """``MEMBERSYNC_DATA_DIR`` (a path or s3://bucket/prefix, with ``MEMBERSYNC_CACHE_DIR``)."""
+        raw = settings.data_dir
         if raw and "://" in raw:
-            return cls.remote_location(raw, env.get("MEMBERSYNC_CACHE_DIR"))
+            return cls.remote_location(raw, settings.cache_dir)
         return cls(Path(raw).expanduser().resolve() if raw else DEFAULT_DATA_DIR)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DataDir:
+        return cls.from_settings(Settings.load(env))
 
     @classmethod
     def remote_location(cls, url: str, cache_dir: str | None = None) -> DataDir:

@@ -60,7 +60,7 @@ from membersync.flows import nightly
 original = nightly.NightRun.land_config
 async def land_config(self):
     cpu = tree_cpu()
-    with open(os.environ["MEMBERSYNC_CPU_BENCH_OUT"], "w") as fh:
+    with open(os.environ["CPU_BENCH_OUT_FILE"], "w") as fh:
         json.dump({"wall_s": time.monotonic() - T0, "tree_cpu_s": sum(cpu), "per_process": cpu}, fh)
     return await original(self)
 nightly.NightRun.land_config = land_config
@@ -105,7 +105,7 @@ def prefect_fixed(runs: int, prefect_home: str | None) -> None:
                         MEMBERSYNC_DATA_DIR=str(Path(tmp) / "data"),
                         MEMBERSYNC_BUILD="off",
                         MEMBERSYNC_PREFECT=mode,
-                        MEMBERSYNC_CPU_BENCH_OUT=str(out),
+                        CPU_BENCH_OUT_FILE=str(out),
                         PREFECT_HOME=prefect_home or str(Path(tmp) / "prefect"),
                     )
                     before = resource.getrusage(resource.RUSAGE_CHILDREN)

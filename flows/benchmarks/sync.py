@@ -166,16 +166,17 @@ def child_main(prefect: bool) -> int:
     """Run one full night (no warehouse build), print our own figures as one JSON line."""
     import asyncio
 
-    from membersync.extract.settings import ServiceSettings
+    from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows import nightly
     from membersync.warehouse.paths import DataDir
 
-    settings = ServiceSettings.from_env()
-    data_dir = DataDir.from_env()
-    options = replace(nightly.SyncOptions.from_env(), build=False)
+    config = Settings.load()
+    settings = ServiceSettings.from_settings(config)
+    data_dir = DataDir.from_settings(config)
+    options = replace(nightly.SyncOptions.from_settings(config), build=False)
     night = dt.date.today()
     if prefect:
-        os.environ["MEMBERSYNC_BUILD"] = "off"
+        os.environ[env_name("build")] = "off"  # the flow reads the environment
         nightly.prepare_prefect_env()
         from membersync.flows import prefect_flow
         from prefect import flow
