@@ -47,7 +47,8 @@ from zoneinfo import ZoneInfo
 
 from membersync.extract import catalogue
 from membersync.extract.sandbox import model as m
-from membersync.extract.sandbox.state import Service, add_months
+from membersync.extract.sandbox.state import Service
+from membersync.extract.sandbox.validation import add_months
 
 HISTORY_DAYS = 730
 

@@ -38,7 +38,8 @@ from aiohttp import web
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
 from membersync.extract.sandbox import data
-from membersync.extract.sandbox.state import ApiError, Service, bad, parse_date, parse_utc
+from membersync.extract.sandbox.state import Service
+from membersync.extract.sandbox.validation import ApiError, bad, parse_date, parse_utc
 from membersync.extract.settings import SettingsError
 
 log = logging.getLogger("membersync.sandbox")
