@@ -217,7 +217,7 @@ class TransactionLine(TypedDict, total=False):
     membershipId: str
     giftCertNo: str
     description: str
-    quantity: Money
+    quantity: Count  # whole units (the landed column is int64; the sandbox refuses fractions)
     pricePerUnit: Money
     amount: Money
     tax: Money
@@ -385,7 +385,7 @@ class TransactionLineIn(TypedDict, total=False):
     packageId: str
     membershipId: str
     giftCertNo: str
-    quantity: Money
+    quantity: Count
     pricePerUnit: Money
     tax: Money
 
