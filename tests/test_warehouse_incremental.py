@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from membersync.warehouse.build import TMP_PREFIX, build_warehouse
 from membersync.warehouse.catalog import parts_dir, warehouse_dir
@@ -72,6 +73,44 @@ def _revenue_of_day(data_dir: DataDir, day: dt.date) -> list[tuple]:
         ).fetchall()
 
 
+EVENT_MARTS = {  # storage latest: each build stores the versions that changed
+    "marts.transactions": "receipt_number",
+    "marts.transaction_lines": "receipt_number, line_no",
+    "marts.transaction_payments": "payment_id",
+    "marts.points_transactions": "points_transaction_id",
+    "marts.sales_lines": "receipt_number, line_no",
+}
+
+
+def _event_marts(data_dir: DataDir) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        return {name: con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall() for name in EVENT_MARTS}
+
+
+def _stored_transaction_versions(data_dir: DataDir) -> set[tuple[str, dt.date]]:
+    """(receipt, night) of every row the builds stored in marts.transactions' parts."""
+    folder = parts_dir(data_dir) / "marts.transactions"
+    table = pq.read_table(sorted(folder.glob("*.parquet")), columns=["receipt_number", "snapshot_date"])
+    rows = zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True)
+    return set(rows)
+
+
+def _transaction_change_points(data_dir: DataDir) -> set[tuple[str, dt.date]]:
+    """The truth, from the landed files alone: (receipt, night) where a receipt was first landed
+    or landed with another status than the night it was last landed before."""
+    # the night from the partition folder (snapshot_date=...): no crash here leaves an orphan
+    landed = pq.read_table(
+        data_dir.landing / "transactions", columns=["receipt_number", "snapshot_date", "status"]
+    )
+    versions = sorted(zip(*(landed.column(c).to_pylist() for c in landed.column_names), strict=True))
+    points, last = set(), {}
+    for receipt, night, status in versions:
+        if last.get(receipt) != status:
+            points.add((receipt, dt.date.fromisoformat(str(night))))
+        last[receipt] = status
+    return points
+
+
 def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -> None:
     data_dir = DataDir(tmp_path / "data")
     history = History(CLIENTS, seed=11)
@@ -93,12 +132,19 @@ def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -
             "SELECT status FROM marts.transactions WHERE receipt_number = ?", [late_void.receipt]
         ).fetchall()
     assert status == [("voided",)]
+    # Each build stored only what changed: the receipts first landed, and the late void, on the
+    # night they changed (not every re-fetched receipt of every synced client).
+    stored = _stored_transaction_versions(data_dir)
+    assert stored == _transaction_change_points(data_dir)
+    assert (late_void.receipt, _night(2)) in stored
+    events = _event_marts(data_dir)
     incremental = _exports(data_dir)
     assert len(incremental) == NIGHTS * (len(REPORT_NAMES) + 1)
 
     result = build_warehouse(data_dir, full_refresh=True)
     assert result.full_refresh and result.built_nights == tuple(_night(i) for i in range(NIGHTS))
     full = _exports(data_dir)
+    assert _event_marts(data_dir) == events  # the same rows, dated the same way
     assert full.keys() == incremental.keys()
     different = sorted(name for name in full if full[name] != incremental[name])
     assert not different, f"incremental and full refresh differ: {different}"

@@ -317,11 +317,11 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
         except cat.LandingInputError as exc:
             raise BuildInputError(str(exc)) from None
         building = set(plan.build_nights)
-        _prepare_scratch(scratch, plan, [f for f in files if f.snapshot_date in building])
+        _prepare_scratch(scratch, project, plan, [f for f in files if f.snapshot_date in building])
         run = _run_dbt(data_dir, project, scratch_dir, scratch, plan)
         crashpoint("during_warehouse_build")
         relations = {n.unique_id: n.relation for n in run.models()}
-        with contextlib.closing(duckdb.connect(str(scratch))) as con:
+        with contextlib.closing(_connect(scratch)) as con:
             _raise_first_failure(con, run, relations)
             parts = _write_parts(con, data_dir, run, plan, build_id)
             rows, duplicates, others = _tallies(con, run)
@@ -349,10 +349,17 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     )
 
 
-def _prepare_scratch(scratch: Path, plan: _Plan, files: Sequence[cat.LandedFile]) -> None:
+def _connect(path: Path) -> duckdb.DuckDBPyConnection:
+    # No progress bar: a long COPY would draw one on the terminal of `membersync reports`.
+    con = duckdb.connect(str(path))
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+def _prepare_scratch(scratch: Path, project: Path, plan: _Plan, files: Sequence[cat.LandedFile]) -> None:
     """The sources dbt reads: meta (manifests), landing (the nights built), prior (published state)."""
     building = set(plan.build_nights)
-    with contextlib.closing(duckdb.connect(str(scratch))) as con:
+    with contextlib.closing(_connect(scratch)) as con:
         con.execute("SET TimeZone = 'UTC'")
         for schema in ("meta", "landing", "prior"):
             con.execute(f"CREATE SCHEMA {schema}")
@@ -369,7 +376,8 @@ def _prepare_scratch(scratch: Path, plan: _Plan, files: Sequence[cat.LandedFile]
         cat.create_landing_views(con, files)
         if not plan.full_refresh:
             assert plan.prior_newest is not None
-            cat.create_prior_views(con, plan.prior_parts, PRIOR_TABLES, plan.prior_newest)
+            keys = {m.name: m.key for m in load_models(project)}
+            cat.create_prior_views(con, plan.prior_parts, PRIOR_TABLES, plan.prior_newest, keys)
 
 
 def _nights_table(manifests: Sequence[Manifest]) -> pa.Table:
@@ -476,14 +484,17 @@ def _write_parts(
     """New parts of every stored model; the published parts this build keeps (nightly history)."""
     parts: list[cat.Part] = []
     for node in run.models():
-        if node.storage == cat.NIGHTLY:
+        where = "true"
+        if node.storage in (cat.NIGHTLY, cat.LATEST):
             parts.extend(p for p in plan.prior_parts if p.model == node.relation)  # history stays
             nights = (plan.build_nights[0], plan.build_nights[-1])
+            if node.storage == cat.LATEST:  # the versions first fetched in the nights built
+                where = "snapshot_date IN (SELECT snapshot_date FROM meta.build_nights)"
         elif node.storage == cat.MERGED:
             nights = (plan.manifests[0].snapshot_date, plan.build_nights[-1])  # the whole table
         else:
             continue
-        parts.append(cat.write_part(con, data_dir, node.relation, node.storage, build_id, nights))
+        parts.append(cat.write_part(con, data_dir, node.relation, node.storage, build_id, nights, where))
         crashpoint("during_warehouse_build")
     return parts
 
@@ -532,7 +543,7 @@ def _write_catalog(
     project: Path,
 ) -> None:
     """The new catalog: meta tables, landing views over every night, a view per model."""
-    with contextlib.closing(duckdb.connect(str(tmp))) as con:
+    with contextlib.closing(_connect(tmp)) as con:
         con.execute("SET TimeZone = 'UTC'")
         for schema in ("meta", "landing", *LAYERS):
             con.execute(f"CREATE SCHEMA {schema}")
@@ -563,7 +574,8 @@ def _write_catalog(
             if node.storage == cat.VIEW:
                 con.execute(f"CREATE VIEW {node.relation} AS\n{node.compiled_code}")
             else:
-                cat.create_part_view(con, node.relation, [p for p in parts if p.model == node.relation])
+                mine = [p for p in parts if p.model == node.relation]
+                cat.create_part_view(con, node.relation, mine, node.key)
         con.execute("CHECKPOINT")
 
 

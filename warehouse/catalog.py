@@ -11,8 +11,13 @@ How a model's rows are stored (its ``meta.storage`` in the dbt YAML):
 
 ``nightly``  one part per build holding the nights it built; a view lists every part. History is
              never rewritten: a night's build writes O(that night).
-``merged``   one part holding the whole table, written by every build (events merged by key,
-             whole-history reports); the view names only the newest part.
+``merged``   one part holding the whole table, written by every build (small whole-history
+             tables: nights, current preferences, revenue by day); the view names only the newest
+             part.
+``latest``   one part per build holding the versions that changed in the nights it built (events:
+             a new sale, a late void); the view keeps each key's newest version over every part
+             (``snapshot_date``: the night that version was first fetched). A night's build
+             writes O(what changed), and reads only the current versions of the keys it fetched.
 ``view``     no part: the catalog holds the model's compiled SQL as a view.
 """
 
@@ -36,8 +41,8 @@ from membersync.warehouse.paths import DataDir
 log = logging.getLogger(__name__)
 
 QUARANTINE = "quarantine"  # landing.quarantine: rows the landing zone could not type, per night
-NIGHTLY, MERGED, VIEW = "nightly", "merged", "view"
-STORAGES = (NIGHTLY, MERGED, VIEW)
+NIGHTLY, MERGED, LATEST, VIEW = "nightly", "merged", "latest", "view"
+STORAGES = (NIGHTLY, MERGED, LATEST, VIEW)
 LINEAGE = ("snapshot_date", "_file_index", "_row", "_source_file")
 
 
@@ -190,12 +195,15 @@ def write_part(
     storage: str,
     build_id: str,
     nights: tuple[dt.date, dt.date],
+    where: str = "true",
 ) -> Part:
-    """Write the scratch table ``model`` as a new Parquet part (never over an existing file)."""
+    """Write the rows of the scratch table ``model`` that ``where`` keeps as a new Parquet part
+    (never over an existing file)."""
     folder = parts_dir(data_dir) / model
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{build_id}.parquet"
-    con.execute(f"COPY (SELECT * FROM {model}) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
+    query = f"SELECT * FROM {model} WHERE {where}"
+    con.execute(f"COPY ({query}) TO {_quote(str(path))} (FORMAT parquet, COMPRESSION zstd)")
     os.chmod(path, 0o600)
     return Part(model, storage, str(path), nights[0], nights[1])
 
@@ -220,17 +228,31 @@ def read_parts(con: duckdb.DuckDBPyConnection) -> list[Part]:
     return [Part(*row) for row in rows]
 
 
-def create_part_view(con: duckdb.DuckDBPyConnection, model: str, parts: Sequence[Part]) -> None:
-    con.execute(f"CREATE VIEW {model} AS SELECT * FROM read_parquet({_path_list(p.path for p in parts)})")
+def create_part_view(
+    con: duckdb.DuckDBPyConnection, model: str, parts: Sequence[Part], key: Sequence[str] = ()
+) -> None:
+    """``model`` as a view over ``parts`` (a ``latest`` model's: each ``key``'s newest version)."""
+    scan = f"SELECT * FROM read_parquet({_path_list(p.path for p in parts)})"
+    if parts and parts[0].storage == LATEST:
+        if not key:
+            raise ValueError(f"{model}: a latest model needs its key (meta.key in its YAML)")
+        newest = f"PARTITION BY {', '.join(key)} ORDER BY snapshot_date DESC"
+        scan += f" QUALIFY row_number() OVER ({newest}) = 1"
+    con.execute(f"CREATE VIEW {model} AS {scan}")
 
 
 def create_prior_views(
-    con: duckdb.DuckDBPyConnection, parts: Sequence[Part], tables: Iterable[str], newest_night: dt.date
+    con: duckdb.DuckDBPyConnection,
+    parts: Sequence[Part],
+    tables: Iterable[str],
+    newest_night: dt.date,
+    keys: Mapping[str, Sequence[str]],
 ) -> None:
     """``prior.<table>``: the published state an incremental build continues from.
 
     A nightly mart's prior is its newest night only (the part that holds it); a merged table's
-    is its one part.
+    is its one part; a latest table's, each key's newest version over its parts (``keys``: the
+    key of each ``schema.table``).
     """
     for table in tables:
         model = f"marts.{table}"
@@ -243,7 +265,7 @@ def create_prior_views(
             night = f"DATE '{newest_night.isoformat()}'"
             con.execute(f"CREATE VIEW prior.{table} AS SELECT * FROM {scan} WHERE as_of_date = {night}")
         else:
-            create_part_view(con, f"prior.{table}", mine)
+            create_part_view(con, f"prior.{table}", mine, keys.get(model, ()))
 
 
 # --------------------------------------------------------------------------------------------

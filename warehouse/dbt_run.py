@@ -44,6 +44,7 @@ class Node:
     name: str
     relation: str  # schema.table of a model ("" for a test)
     storage: str  # meta.storage of a model ("" for a test)
+    key: tuple[str, ...]  # meta.key of a model (() for a test)
     status: str
     message: str
     failures: int
@@ -79,7 +80,7 @@ def write_profile(folder: Path, database: Path, threads: int = 1) -> None:
                     "path": str(database),
                     "schema": "main",
                     "threads": threads,
-                    "settings": {"TimeZone": "UTC"},
+                    "settings": {"TimeZone": "UTC", "enable_progress_bar": "false"},
                 }
             },
         }
@@ -213,6 +214,7 @@ def _node(result: Any) -> Node:
         name=node.name,
         relation=f"{node.schema}.{node.alias}" if str(node.resource_type) == "model" else "",
         storage=str(meta.get("storage", "")),
+        key=tuple(str(k) for k in meta.get("key") or ()),
         status=str(result.status),
         message=_first_lines(str(result.message or "")),
         failures=int(result.failures or 0),

@@ -1,6 +1,8 @@
 -- Transaction lines with their transaction's store, local business date and voided flag. A line
 -- whose transaction header did not land has a null storecode and business_date (the revenue
 -- report's key tests then fail loudly rather than drop revenue silently).
+-- snapshot_date: the night the line or its transaction last changed (storage latest: a build
+-- stores the rows whose line or transaction changed in the nights it builds).
 
 with lines as (
 
@@ -17,6 +19,7 @@ transactions as (
 final as (
 
     select
+        greatest(lines.snapshot_date, transactions.snapshot_date) as snapshot_date,
         lines.receipt_number,
         lines.line_no,
         transactions.storecode,

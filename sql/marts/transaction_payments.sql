@@ -1,28 +1,57 @@
--- Each transaction payment in its newest fetched version: events are fetched again when they change
--- (a later night may see a sale voided), and the newest fetched version wins.
--- Incremental: merged by key, the versions fetched on the nights being built against the
--- previous build's table (source prior).
+-- Each transaction payment in its newest fetched version: events are fetched again when they change (a later
+-- night may see a sale voided), and the newest fetched version wins. snapshot_date is the night
+-- this version was first fetched (macro newest_versions).
+-- Incremental (storage latest): only the keys fetched on the nights being built are compared with
+-- their current version (source prior); the build stores only the versions that changed.
 
-with fetched_tonight as (
+with fetched as (
 
     select * exclude (extra) from {{ ref('stg_transaction_payments') }}
 
 ),
 
-fetched as (
+{% if incremental_build() %}
+current_versions as (
 
-    select * from fetched_tonight
-    {% if incremental_build() %}
-    union all by name
     select * from {{ source('prior', 'transaction_payments') }}
-    {% endif %}
+
+),
+
+versions as (
+
+    select * from fetched
+    union all by name
+    select current_versions.* from current_versions semi join fetched using (payment_id)
+
+),
+
+untouched as (
+
+    select current_versions.* from current_versions anti join fetched using (payment_id)
+
+),
+
+{% else %}
+versions as (
+
+    select * from fetched
+
+),
+
+{% endif %}
+newest as (
+
+    {{ newest_versions('versions', 'payment_id') }}
 
 ),
 
 final as (
 
-    select * from fetched
-    qualify row_number() over (partition by payment_id order by snapshot_date desc) = 1
+    select * from newest
+    {% if incremental_build() %}
+    union all by name
+    select * from untouched
+    {% endif %}
 
 )
 
