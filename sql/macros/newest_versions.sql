@@ -1,26 +1,63 @@
-{#- The newest version of each key among `versions` (a CTE name), dated by the night its content
-    last changed: `snapshot_date` is the night this version was first fetched, and a later fetch
-    of the same content does not move it. So an event table's build writes only what changed in
-    the nights it builds (storage `latest`), and a full refresh dates every row the same way as the
-    incremental builds that led to it (a fetch that brings back an older content is a change). -#}
-{% macro newest_versions(versions, key) %}
-    select * exclude (content, changed, since, newest_first) replace (since as snapshot_date)
-    from (
+{#- Events (storage `latest`): each key's newest fetched version, with `snapshot_date` the night
+    that version was first fetched (a later fetch of the same content does not move it; one that
+    brings back an older content is a change). `fetched` is the CTE of the rows fetched on the
+    nights being built, `prior_table` the model's own published table (source `prior`), `key`
+    its key columns.
+
+    Incremental: only the keys fetched tonight are compared with their current version; the
+    others are carried over as they are. The build then stores only the rows dated in the
+    nights it built, so a night stores what changed, and a full refresh dates every row as the
+    incremental builds that led to it did (tests/test_warehouse_incremental.py). -#}
+{% macro newest_versions(fetched, prior_table, key) %}
+    {%- if incremental_build() %}
+    with current_versions as (
+        select * from {{ source('prior', prior_table) }}
+    ),
+
+    versions as (
+        select * from {{ fetched }}
+        union all by name
+        select current_versions.* from current_versions semi join {{ fetched }} using ({{ key }})
+    ),
+
+    untouched as (
+        select current_versions.* from current_versions anti join {{ fetched }} using ({{ key }})
+    ),
+    {%- else %}
+    with versions as (
+        select * from {{ fetched }}
+    ),
+    {%- endif %}
+
+    compared as (
+        select
+            *,
+            content is distinct from lag(content) over (
+                partition by {{ key }} order by snapshot_date
+            ) as changed
+        from (
+            select *, struct_pack(*columns(* exclude (snapshot_date))) as content
+            from versions
+        )
+    ),
+
+    dated as (
         select
             *,
             max(case when changed then snapshot_date end) over (partition by {{ key }}) as since,
             row_number() over (partition by {{ key }} order by snapshot_date desc) as newest_first
-        from (
-            select
-                *,
-                content is distinct from lag(content) over (
-                    partition by {{ key }} order by snapshot_date
-                ) as changed
-            from (
-                select *, struct_pack(*columns(* exclude (snapshot_date))) as content
-                from {{ versions }}
-            )
-        )
+        from compared
+    ),
+
+    newest as (
+        select * exclude (content, changed, since, newest_first) replace (since as snapshot_date)
+        from dated
+        where newest_first = 1
     )
-    where newest_first = 1
+
+    select * from newest
+    {%- if incremental_build() %}
+    union all by name
+    select * from untouched
+    {%- endif %}
 {% endmacro %}

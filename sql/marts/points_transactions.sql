@@ -1,8 +1,7 @@
--- Each points transaction in its newest fetched version: events are fetched again when they change (a later
--- night may see a sale voided), and the newest fetched version wins. snapshot_date is the night
--- this version was first fetched (macro newest_versions).
--- Incremental (storage latest): only the keys fetched on the nights being built are compared with
--- their current version (source prior); the build stores only the versions that changed.
+-- Each points transaction in its newest fetched version: events are fetched again when they change
+-- (a later night may see a sale voided), and the newest fetched version wins; snapshot_date is
+-- the night that version was first fetched. Storage latest: a night's build compares only the
+-- keys it fetched with their current version and stores what changed (macro newest_versions).
 
 with fetched as (
 
@@ -10,48 +9,9 @@ with fetched as (
 
 ),
 
-{% if incremental_build() %}
-current_versions as (
-
-    select * from {{ source('prior', 'points_transactions') }}
-
-),
-
-versions as (
-
-    select * from fetched
-    union all by name
-    select current_versions.* from current_versions semi join fetched using (points_transaction_id)
-
-),
-
-untouched as (
-
-    select current_versions.* from current_versions anti join fetched using (points_transaction_id)
-
-),
-
-{% else %}
-versions as (
-
-    select * from fetched
-
-),
-
-{% endif %}
-newest as (
-
-    {{ newest_versions('versions', 'points_transaction_id') }}
-
-),
-
 final as (
 
-    select * from newest
-    {% if incremental_build() %}
-    union all by name
-    select * from untouched
-    {% endif %}
+    {{ newest_versions('fetched', 'points_transactions', 'points_transaction_id') }}
 
 )
 
