@@ -40,19 +40,29 @@ class Interrupted(Exception):
         self.signal = signame
 
 
-def run_until_signal(coro: Coroutine[Any, Any, T], last_words: Callable[[str], None]) -> T:
+def run_until_signal(
+    coro: Coroutine[Any, Any, T],
+    last_words: Callable[[str], None],
+    finished: Callable[[T], bool] = lambda _: True,
+) -> T:
     """``asyncio.run(coro)``, stopped by the first SIGINT/SIGTERM (raises :class:`Interrupted`).
 
     ``last_words(signame)`` prints the one line for the user; it is called here only when the
-    process has to stop hard (grace exceeded, second signal), else by the caller.
+    process has to stop hard (grace exceeded, second signal), else by the caller. A result that
+    comes back after a signal counts only when ``finished(result)`` says the work was done (the
+    night committed before the signal took effect): a run that swallowed the cancellation and
+    returned a partial result is an interruption too.
     """
-    return asyncio.run(_guarded(coro, last_words))
+    return asyncio.run(_guarded(coro, last_words, finished))
 
 
-async def _guarded(coro: Coroutine[Any, Any, T], last_words: Callable[[str], None]) -> T:
+async def _guarded(
+    coro: Coroutine[Any, Any, T], last_words: Callable[[str], None], finished: Callable[[T], bool]
+) -> T:
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
     received: list[str] = []
+    watchdogs: list[threading.Timer] = []
 
     def on_signal(signame: str) -> None:
         if received:  # a second signal: no more patience
@@ -62,12 +72,13 @@ async def _guarded(coro: Coroutine[Any, Any, T], last_words: Callable[[str], Non
         watchdog = threading.Timer(GRACE_S, hard_exit, args=(signame, last_words))
         watchdog.daemon = True
         watchdog.start()
+        watchdogs.append(watchdog)
         task.cancel()
 
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig.name)
     try:
-        return await task
+        result = await task
     except asyncio.CancelledError:
         if received:
             raise Interrupted(received[0]) from None
@@ -79,6 +90,11 @@ async def _guarded(coro: Coroutine[Any, Any, T], last_words: Callable[[str], Non
     finally:
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
+    if received and not finished(result):
+        raise Interrupted(received[0])
+    for watchdog in watchdogs:  # the work was done before the signal took effect: it stands
+        watchdog.cancel()
+    return result
 
 
 def _detach_api_log_handlers() -> None:

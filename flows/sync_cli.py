@@ -174,6 +174,13 @@ def probe_service(settings: ServiceSettings, options: nightly.SyncOptions) -> st
     return None
 
 
+def _committed(result: Any) -> bool:
+    """Whether a night's result (its summary, or the flow's dict of it) says it committed: after a
+    signal, only such a result stands (else the night was interrupted, see run_until_signal)."""
+    status = result.get("status") if isinstance(result, dict) else getattr(result, "status", None)
+    return status == "committed"
+
+
 def _run(
     settings: ServiceSettings,
     data_dir: DataDir,
@@ -190,7 +197,9 @@ def _run(
 
     if not use_prefect:
         return run_until_signal(
-            nightly.arun_night(settings, data_dir, night, full=full, options=options, progress=bar), say
+            nightly.arun_night(settings, data_dir, night, full=full, options=options, progress=bar),
+            say,
+            _committed,
         )
     bar.phase("starting Prefect")
     nightly.prepare_prefect_env()
@@ -201,7 +210,11 @@ def _run(
     nightly.progress_factory = lambda: bar
     try:
         with night_api():  # PREFECT_API_URL's server, else a local one (without importing it here)
-            result: dict[str, Any] = run_until_signal(prefect_flow.nightly_sync(night=night, full=full), say)
+            result: dict[str, Any] = run_until_signal(
+                prefect_flow.nightly_sync(night=night, full=full),
+                say,
+                _committed,
+            )
     finally:
         nightly.progress_factory = None
     return nightly.summary_from_flow_result(result)

@@ -112,3 +112,52 @@ def test_one_ctrl_c_or_sigterm_stops_the_night_resumably(
     assert manifest.stats["batches_skipped"] == kept
     truth = sandbox.call(truth_counts)
     assert {name: files.rows for name, files in manifest.tables.items()} == truth
+
+
+# --- run_until_signal on its own (no night): what a result after a signal means ---------------------
+
+
+async def _night_that_swallows_its_cancellation(status: str) -> dict[str, str]:
+    """Like a flow engine that records a cancelled run and returns its partial result."""
+    import asyncio
+
+    os.kill(os.getpid(), signal.SIGINT)  # handled by run_until_signal's loop handler
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        return {"status": status}
+    return {"status": "slept"}
+
+
+def _guarded_run(monkeypatch: pytest.MonkeyPatch, status: str) -> tuple[Any, list[str]]:
+    from membersync.flows import interrupt
+
+    stopped: list[str] = []
+    monkeypatch.setattr(interrupt, "GRACE_S", 0.05)  # the watchdog fires within the test ...
+    monkeypatch.setattr(
+        interrupt, "hard_exit", lambda signame, _words: stopped.append(signame)
+    )  # ... harmlessly
+    try:
+        result: Any = interrupt.run_until_signal(
+            _night_that_swallows_its_cancellation(status),
+            lambda _signame: None,
+            lambda r: r.get("status") == "committed",
+        )
+    except interrupt.Interrupted as exc:
+        result = exc
+    time.sleep(1.5)  # past the grace: did the watchdog fire?
+    return result, stopped
+
+
+def test_case_a_partial_result_after_a_signal_is_an_interruption(monkeypatch: pytest.MonkeyPatch) -> None:
+    from membersync.flows.interrupt import Interrupted
+
+    result, stopped = _guarded_run(monkeypatch, "failed")
+    assert isinstance(result, Interrupted) and result.signal == "SIGINT"
+    assert stopped == ["SIGINT"]  # the watchdog still guards the way out
+
+
+def test_case_a_night_committed_before_the_signal_took_effect_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    result, stopped = _guarded_run(monkeypatch, "committed")
+    assert result == {"status": "committed"}
+    assert stopped == []  # and the watchdog was called off: the process goes on to its summary
