@@ -17,6 +17,7 @@ import contextvars
 import datetime as dt
 import logging
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -93,7 +94,18 @@ class ServiceSettings:
 
 
 def _strip(value: Any) -> Any:
-    return value.strip() if isinstance(value, str) else value
+    """Text without surrounding blanks; blanks alone are unset (a tenant of "" is no tenant)."""
+    return (value.strip() or None) if isinstance(value, str) else value
+
+
+def _iso_date(value: Any) -> Any:
+    """YYYY-MM-DD (or YYYYMMDD) as the old reader took it; never a Unix timestamp."""
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError("must be a date YYYY-MM-DD") from None
+    return value
 
 
 def _lower(value: Any) -> Any:
@@ -131,10 +143,12 @@ class _Environment(EnvSettingsSource):
     """The environment :meth:`Settings.load` was given (``os.environ`` when none)."""
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
+        # Names are upper case only: a stray `membersync_data_dir` is not read (and is not left
+        # over by a tenant's environment, which sets and clears the upper-case names).
         environ = _ENVIRON.get()
-        if environ is None:
-            return super()._load_env_vars()
-        return parse_env_vars(environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+        given = os.environ if environ is None else environ
+        ours = {k: v for k, v in given.items() if k.startswith(PREFIX) and k == k.upper()}
+        return parse_env_vars(ours, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
 
 class Settings(BaseSettings):
@@ -166,7 +180,7 @@ class Settings(BaseSettings):
     batch_size: Annotated[int, Field(ge=1)] = 250
     batches_in_flight: Annotated[int, Field(ge=1)] = 2
     lookback_days: Annotated[int, Field(ge=0)] = 7
-    points_start: dt.date = dt.date(2000, 1, 1)
+    points_start: Annotated[dt.date, BeforeValidator(_iso_date)] = dt.date(2000, 1, 1)
     watermark_overlap_minutes: Annotated[int, Field(ge=0)] = 15
     build: Flag = True  # build the warehouse and export the reports after the commit
     whole_history: Flag = True
@@ -205,14 +219,6 @@ class Settings(BaseSettings):
                 return cls()
             except ValidationError as exc:
                 raise SettingsError(_one_line(exc)) from None
-
-    def service_env(self) -> dict[str, str]:
-        """The service's settings as environment variables (for a child process)."""
-        out = {env_name("base_url"): self.base_url or ""}
-        for name in ("username", "password"):
-            secret = getattr(self, name)
-            out[env_name(name)] = secret.get_secret_value() if secret else ""
-        return {k: v for k, v in out.items() if v}
 
 
 def env_name(field: str) -> str:

@@ -65,7 +65,7 @@ CONFIG_BATCH = "config"
 
 @dataclass(frozen=True)
 class SyncOptions:
-    """How a night runs. Every field has an environment variable (see :meth:`from_env`)."""
+    """How a night runs. Every field has a setting (see :meth:`from_settings`)."""
 
     batch_size: int = 250  # clients per batch (= per Prefect task run)
     batches_in_flight: int = 2  # so the tail of one batch overlaps the next

@@ -17,7 +17,10 @@ How a model's rows are stored (its ``meta.storage`` in the dbt YAML):
 ``latest``   one part per build holding the versions that changed in the nights it built (events:
              a new sale, a late void); the view keeps each key's newest version over every part
              (``snapshot_date``: the night that version was first fetched). A night's build
-             writes O(what changed), and reads only the current versions of the keys it fetched.
+             writes O(what changed); it still reads every current version (a window over the
+             parts) and compares only the keys it fetched. A build of several nights stores each
+             key's newest version of those nights (the views agree with a full refresh; the
+             parts hold fewer versions).
 ``view``     no part: the catalog holds the model's compiled SQL as a view.
 """
 

@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from membersync.extract.settings import Settings, SettingsError, env_name
+from membersync.extract.settings import Settings, SettingsError
 from membersync.warehouse.manifest import read_manifest
-
-STALE_AFTER_ENV = env_name("stale_after_hours")
 
 
 @dataclass(frozen=True)

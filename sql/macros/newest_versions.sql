@@ -6,8 +6,9 @@
 
     Incremental: only the keys fetched tonight are compared with their current version; the
     others are carried over as they are. The build then stores only the rows dated in the
-    nights it built, so a night stores what changed, and a full refresh dates every row as the
-    incremental builds that led to it did (tests/test_warehouse_incremental.py). -#}
+    nights it built: a one-night build stores what changed; a build of several nights (or a
+    full refresh) stores each key's newest version, dated as the night-by-night builds would
+    have dated it (tests/test_warehouse_incremental.py). -#}
 {% macro newest_versions(fetched, prior_table, key) %}
     {%- if incremental_build() %}
     with current_versions as (
