@@ -150,6 +150,45 @@ def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -
     assert not different, f"incremental and full refresh differ: {different}"
 
 
+def _land_owner(data_dir: DataDir, history: History, index: int, sale: Sale, status: str) -> None:
+    """Land night ``index`` with ``sale`` set to ``status`` (its owner synced, with a few others)."""
+    sale.status = status
+    owner = next(c for c in history.clients if sale in c.sales)
+    synced = [c for c in history.rng.sample(history.clients, 6) if c is not owner]
+    for client in synced:
+        history.change(client, _night(index))
+    land_night(data_dir, history, _night(index), [*synced, owner], full=False)
+
+
+def test_case_a_void_undone_within_a_build_of_two_nights_is_dated_like_a_full_refresh(tmp_path: Path) -> None:
+    """A -> B -> A: a sale voided on night 1 and restored on night 2, both in one catch-up build
+    (nights 1 and 2), then a night on its own. The restore is a change (dated night 2), the
+    event marts equal a full refresh's, and the parts hold no version the views do not need."""
+    data_dir = DataDir(tmp_path / "data")
+    history = History(CLIENTS, seed=5)
+    sale = _old_sale(history)
+    land_night(data_dir, history, _night(0), history.clients, full=True)
+    build_warehouse(data_dir)
+    _land_owner(data_dir, history, 1, sale, "Voided")
+    _land_owner(data_dir, history, 2, sale, "Saved")
+    result = build_warehouse(data_dir)
+    assert result.built_nights == (_night(1), _night(2)) and not result.full_refresh
+    _land_owner(data_dir, history, 3, sale, "Saved")  # fetched again, unchanged
+    assert build_warehouse(data_dir).built_nights == (_night(3),)
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        row = con.execute(
+            "SELECT status, snapshot_date FROM marts.transactions WHERE receipt_number = ?", [sale.receipt]
+        ).fetchall()
+    assert row == [("saved", _night(2))]  # restored on night 2; night 3's fetch changed nothing
+    # What the builds stored: the sale's night-0 version and its night-2 one (the night-1 void
+    # is inside the two-night build, whose newest version is night 2's).
+    stored = {night for receipt, night in _stored_transaction_versions(data_dir) if receipt == sale.receipt}
+    assert stored == {_night(0), _night(2)}
+    events = _event_marts(data_dir)
+    build_warehouse(data_dir, full_refresh=True)
+    assert _event_marts(data_dir) == events
+
+
 CRASHER = (
     "import sys, pathlib\n"
     "from membersync.warehouse.build import build_warehouse\n"
