@@ -217,10 +217,6 @@ class ClientOptions:
         (seconds) and ``MEMBERSYNC_MAX_RETRIES``."""
         return cls(**{name: getattr(settings, name) for name in CLIENT_SETTINGS})
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientOptions:
-        return cls.from_settings(Settings.load(env))
-
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(
             connect=self.connect_timeout,

@@ -3,7 +3,7 @@
 A command builds one :class:`Settings` (:meth:`Settings.load`, from the environment) and passes
 it down; each part takes what it needs from it (:meth:`ServiceSettings.from_settings`,
 ``ClientOptions.from_settings``, ``SyncOptions.from_settings``, ``DataDir.from_settings``, ...).
-No other module reads a ``MEMBERSYNC_*`` variable (``tests/test_declared_once.py`` checks it).
+No other module reads a ``MEMBERSYNC_*`` variable (``tests/test_settings.py`` checks it).
 
 A bad value is a one-line :class:`SettingsError` naming the variable (the CLI exits 2); a secret's
 value (credentials, notification URLs) is never shown, and passwords are held as
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
-import logging
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -33,8 +32,6 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 from pydantic_settings.sources.utils import parse_env_vars
-
-log = logging.getLogger(__name__)
 
 PREFIX = "MEMBERSYNC_"
 
@@ -84,10 +81,6 @@ class ServiceSettings:
             profile_path=settings.profile,
             tenant=settings.tenant,
         )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ServiceSettings:
-        return cls.from_settings(Settings.load(env))
 
 
 # --- the one declaration -----------------------------------------------------------------------

@@ -92,10 +92,6 @@ class AuditOptions:
             heal=settings.audit_heal,
         )
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AuditOptions:
-        return cls.from_settings(Settings.load(env))
-
 
 def sample_size(known: int, candidates: int, options: AuditOptions) -> int:
     """Clients to audit: ``share`` of the ``known`` clients, at least ``minimum``, never more

@@ -98,10 +98,6 @@ class SyncOptions:
             audit=A.AuditOptions.from_settings(settings),
         )
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> SyncOptions:
-        return cls.from_settings(Settings.load(env))
-
 
 # --- the summary -----------------------------------------------------------------------------------
 

@@ -107,10 +107,6 @@ class Notifier:
         check_urls(urls)
         return cls(tuple(urls), tenant_name(settings), _credentials(settings))
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Notifier:
-        return cls.from_settings(Settings.load(env))
-
     @property
     def enabled(self) -> bool:
         return bool(self.urls)

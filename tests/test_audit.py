@@ -24,7 +24,7 @@ import truth
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.extract.sandbox.silent import SilentChange, change_silently
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows.audit_cli import AuditUsageError, parse_clients
@@ -67,7 +67,9 @@ TABLE_OF_KIND = {
 def test_sample_size_bounds(
     case: str, known: int, candidates: int, env: dict[str, str], expected: int
 ) -> None:
-    assert A.sample_size(known, candidates, A.AuditOptions.from_env(env)) == expected, case
+    assert A.sample_size(known, candidates, A.AuditOptions.from_settings(Settings.load(env))) == expected, (
+        case
+    )
 
 
 def test_default_budget_affords_the_default_share_of_100000_clients() -> None:
@@ -97,7 +99,7 @@ def test_pick_sample_is_seeded_sorted_and_drawn_from_the_candidates() -> None:
 )
 def test_bad_audit_settings_are_one_line_naming_the_setting(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message) as caught:
-        A.AuditOptions.from_env(env)
+        A.AuditOptions.from_settings(Settings.load(env))
     assert "\n" not in str(caught.value)
 
 

@@ -930,7 +930,7 @@ def test_canary_password_never_appears_in_logs_or_errors(transport: str) -> None
 
 
 def test_from_settings_uses_the_settings_and_the_tenant_profile(tmp_path: Any) -> None:
-    from membersync.extract.settings import ServiceSettings
+    from membersync.extract.settings import ServiceSettings, Settings
 
     path = tmp_path / "tenant.toml"
     path.write_text("[params]\nclientNumber = 'clientNo'\n")
@@ -940,7 +940,7 @@ def test_from_settings_uses_the_settings_and_the_tenant_profile(tmp_path: Any) -
         "MEMBERSYNC_PASSWORD": PASSWORD,
         "MEMBERSYNC_PROFILE": str(path),
     }
-    client = ServiceClient.from_settings(ServiceSettings.from_env(env))
+    client = ServiceClient.from_settings(ServiceSettings.from_settings(Settings.load(env)))
     assert client.base_url == "http://svc.test"
     assert client.profile.param("clientNumber") == "clientNo"
     assert PASSWORD not in repr(client) and PASSWORD not in repr(vars(client))

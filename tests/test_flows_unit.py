@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from membersync.extract.settings import SettingsError
+from membersync.extract.settings import Settings, SettingsError
 from membersync.flows import batches as B
 from membersync.flows.nightly import RunSummary, SyncOptions, summary_from_flow_result
 
@@ -111,21 +111,23 @@ def test_store_codes_are_byte_exact_and_unique() -> None:
 
 
 def test_sync_options_from_env() -> None:
-    assert SyncOptions.from_env({}) == SyncOptions()
-    got = SyncOptions.from_env(
-        {
-            "MEMBERSYNC_BATCH_SIZE": "100",
-            "MEMBERSYNC_LOOKBACK_DAYS": "3",
-            "MEMBERSYNC_POINTS_START": "2010-01-01",
-            "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES": "5",
-        }
+    assert SyncOptions.from_settings(Settings.load({})) == SyncOptions()
+    got = SyncOptions.from_settings(
+        Settings.load(
+            {
+                "MEMBERSYNC_BATCH_SIZE": "100",
+                "MEMBERSYNC_LOOKBACK_DAYS": "3",
+                "MEMBERSYNC_POINTS_START": "2010-01-01",
+                "MEMBERSYNC_WATERMARK_OVERLAP_MINUTES": "5",
+            }
+        )
     )
     assert (got.batch_size, got.lookback_days, got.points_start) == (100, 3, dt.date(2010, 1, 1))
     assert got.watermark_overlap == dt.timedelta(minutes=5)
     with pytest.raises(SettingsError, match="MEMBERSYNC_BATCH_SIZE"):
-        SyncOptions.from_env({"MEMBERSYNC_BATCH_SIZE": "zero"})
+        SyncOptions.from_settings(Settings.load({"MEMBERSYNC_BATCH_SIZE": "zero"}))
     with pytest.raises(SettingsError, match="MEMBERSYNC_BATCHES_IN_FLIGHT"):
-        SyncOptions.from_env({"MEMBERSYNC_BATCHES_IN_FLIGHT": "0"})
+        SyncOptions.from_settings(Settings.load({"MEMBERSYNC_BATCHES_IN_FLIGHT": "0"}))
 
 
 def test_summary_round_trips_through_the_flow_result_and_holds_no_secret() -> None:
@@ -190,19 +192,21 @@ def test_client_options_from_the_environment() -> None:
     from membersync.extract.settings import SettingsError
     from membersync.flows.nightly import SyncOptions
 
-    options = SyncOptions.from_env(
-        {"MEMBERSYNC_RATE": "180", "MEMBERSYNC_MAX_CONCURRENCY": "12", "MEMBERSYNC_REQUEST_TIMEOUT": "20"}
+    options = SyncOptions.from_settings(
+        Settings.load(
+            {"MEMBERSYNC_RATE": "180", "MEMBERSYNC_MAX_CONCURRENCY": "12", "MEMBERSYNC_REQUEST_TIMEOUT": "20"}
+        )
     ).client_options
     assert isinstance(options, ClientOptions)
     assert (options.rate, options.max_concurrency, options.request_timeout) == (180.0, 12, 20.0)
-    assert ClientOptions.from_env({}) == ClientOptions()
+    assert ClientOptions.from_settings(Settings.load({})) == ClientOptions()
     for variable, raw in (
         ("MEMBERSYNC_RATE", "fast"),
         ("MEMBERSYNC_MAX_RETRIES", "-1"),
         ("MEMBERSYNC_RATE", "nan"),
     ):
         with pytest.raises(SettingsError, match=variable):
-            ClientOptions.from_env({variable: raw})
+            ClientOptions.from_settings(Settings.load({variable: raw}))
 
 
 # --- which nights may run (issue 8, defect 6) ---------------------------------------------------------

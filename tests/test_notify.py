@@ -405,11 +405,11 @@ def test_freshness_reads_only_the_newest_manifest_and_ignores_temporary_files(tm
 
 
 def test_thresholds_urls_and_tenant() -> None:
-    assert freshness.stale_after_hours({}) == 36.0
-    assert freshness.stale_after_hours({"MEMBERSYNC_STALE_AFTER_HOURS": " 6 "}) == 6.0
+    assert Settings.load({}).stale_after_hours == 36.0
+    assert Settings.load({"MEMBERSYNC_STALE_AFTER_HOURS": " 6 "}).stale_after_hours == 6.0
     for bad in ("0", "-1", "inf", "six"):
         with pytest.raises(SettingsError, match="MEMBERSYNC_STALE_AFTER_HOURS"):
-            freshness.stale_after_hours({"MEMBERSYNC_STALE_AFTER_HOURS": bad})
+            Settings.load({"MEMBERSYNC_STALE_AFTER_HOURS": bad})
     assert split_urls(" json://a:1/x,  jsons://b/y\tmailtos://u:p@c ") == [
         "json://a:1/x",
         "jsons://b/y",
@@ -420,11 +420,13 @@ def test_thresholds_urls_and_tenant() -> None:
     tenant = Settings.load({"MEMBERSYNC_TENANT": " Acme ", "MEMBERSYNC_BASE_URL": "https://x"})
     assert tenant_name(tenant) == "Acme"
     assert tenant_name(Settings.load({})) == "membersync"
-    assert not Notifier.from_env({}).enabled
+    assert not Notifier.from_settings(Settings.load({})).enabled
 
 
 def test_a_message_is_scrubbed_even_when_the_error_line_holds_a_credential() -> None:
-    notifier = Notifier.from_env({"MEMBERSYNC_USERNAME": USERNAME, "MEMBERSYNC_PASSWORD": PASSWORD})
+    notifier = Notifier.from_settings(
+        Settings.load({"MEMBERSYNC_USERNAME": USERNAME, "MEMBERSYNC_PASSWORD": PASSWORD})
+    )
     line = f"wrong credentials (user {USERNAME!r}) password={PASSWORD} Authorization: Basic Zm9vOmJhcg=="
     message = night_failed_message("t", TODAY, line, "membersync sync --date x")
     clean = notifier.clean(message.body)

@@ -480,7 +480,7 @@ def test_stalling_server_every_request_ends_within_its_timeout(
     """In process, with short timeouts (the CLI has no knob for them: 30 s read timeout x 6 attempts)."""
     from membersync.extract.client import ClientOptions
     from membersync.extract.errors import ServiceError
-    from membersync.extract.settings import ServiceSettings
+    from membersync.extract.settings import ServiceSettings, Settings
     from membersync.flows.nightly import SyncOptions, run_night
 
     sandbox, ws = committed
@@ -498,7 +498,7 @@ def test_stalling_server_every_request_ends_within_its_timeout(
             backoff_max=0.1,
         )
     )
-    settings = ServiceSettings.from_env(ws.env(MEMBERSYNC_BASE_URL=server.url))
+    settings = ServiceSettings.from_settings(Settings.load(ws.env(MEMBERSYNC_BASE_URL=server.url)))
     box: dict[str, Any] = {}
 
     def run() -> None:

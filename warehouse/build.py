@@ -353,6 +353,7 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
     # No progress bar: a long COPY would draw one on the terminal of `membersync reports`.
     con = duckdb.connect(str(path))
     con.execute("SET enable_progress_bar = false")
+    con.execute("SET TimeZone = 'UTC'")
     return con
 
 
@@ -360,7 +361,6 @@ def _prepare_scratch(scratch: Path, project: Path, plan: _Plan, files: Sequence[
     """The sources dbt reads: meta (manifests), landing (the nights built), prior (published state)."""
     building = set(plan.build_nights)
     with contextlib.closing(_connect(scratch)) as con:
-        con.execute("SET TimeZone = 'UTC'")
         for schema in ("meta", "landing", "prior"):
             con.execute(f"CREATE SCHEMA {schema}")
         cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
@@ -544,7 +544,6 @@ def _write_catalog(
 ) -> None:
     """The new catalog: meta tables, landing views over every night, a view per model."""
     with contextlib.closing(_connect(tmp)) as con:
-        con.execute("SET TimeZone = 'UTC'")
         for schema in ("meta", "landing", *LAYERS):
             con.execute(f"CREATE SCHEMA {schema}")
         cat.register_table(con, "meta.nights", _nights_table(plan.manifests))

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import duckdb
-from membersync.extract.settings import UsageError
+from membersync.extract.settings import Settings, UsageError
 from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
 from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.landing import AlreadyRunning, LandingZone
@@ -37,7 +37,7 @@ def _usage_error(message: str) -> Exception:
 
 
 def _data_dir() -> DataDir:
-    data_dir = DataDir.from_env()
+    data_dir = DataDir.from_settings(Settings.load())
     if data_dir.remote is None and not data_dir.root.is_dir():  # s3://: the working dir is made
         raise _usage_error(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
     return data_dir

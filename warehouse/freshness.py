@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from membersync.extract.settings import Settings, SettingsError
+from membersync.extract.settings import SettingsError
 from membersync.warehouse.manifest import read_manifest
 
 
@@ -51,11 +50,6 @@ def parse_hours(raw: str, name: str) -> float:
     if not math.isfinite(hours) or hours <= 0:
         raise SettingsError(f"{name} must be a positive number of hours, got {raw.strip()!r}")
     return hours
-
-
-def stale_after_hours(env: Mapping[str, str] | None = None) -> float:
-    """The threshold from ``MEMBERSYNC_STALE_AFTER_HOURS`` (default 36)."""
-    return Settings.load(env).stale_after_hours
 
 
 def committed_nights(manifests_dir: Path) -> list[dt.date]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from membersync.extract.settings import Settings
 from membersync.warehouse import freshness as fresh
 from membersync.warehouse.atomic import write_file_atomic
 from membersync.warehouse.export import REPORTS, ExportError, ReportTable, open_at_night, read_report
@@ -220,7 +221,7 @@ def quality_lines(data_dir: DataDir, night: dt.date, now: dt.datetime | None = N
             )
     else:
         lines.append("Self-audit: none this night (a full night, or the audit is off)")
-    state = fresh.check(data_dir.manifests, fresh.stale_after_hours(), now)
+    state = fresh.check(data_dir.manifests, Settings.load().stale_after_hours, now)
     lines.append("Freshness: " + fresh.describe(state))
     return lines
 
@@ -476,7 +477,7 @@ def run_report_html_cli(night: dt.date | None) -> int:
     from membersync.extract.settings import UsageError
     from rich.console import Console
 
-    data_dir = DataDir.from_env()
+    data_dir = DataDir.from_settings(Settings.load())
     if not data_dir.root.is_dir():
         raise UsageError(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
     try:

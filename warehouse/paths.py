@@ -24,7 +24,6 @@ staging area, the lock, the logs, a mirror of the committed files and the DuckDB
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,10 +46,6 @@ class DataDir:
         if raw and "://" in raw:
             return cls.remote_location(raw, settings.cache_dir)
         return cls(Path(raw).expanduser().resolve() if raw else DEFAULT_DATA_DIR)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> DataDir:
-        return cls.from_settings(Settings.load(env))
 
     @classmethod
     def remote_location(cls, url: str, cache_dir: str | None = None) -> DataDir:
