@@ -53,7 +53,15 @@ def run_until_signal(
     night committed before the signal took effect): a run that swallowed the cancellation and
     returned a partial result is an interruption too.
     """
-    return asyncio.run(_guarded(coro, last_words, finished))
+    try:
+        return asyncio.run(_guarded(coro, last_words, finished))
+    except BaseException as exc:
+        # Prefect's flow engine puts its own SIGTERM handler in place of ours while a run is in
+        # its hands; it raises TerminationSignal out of the event loop, past _guarded.
+        signum = getattr(exc, "signal", None)
+        if isinstance(signum, int) and signum in _SIGNALS:
+            raise Interrupted(signal.Signals(signum).name) from None
+        raise
 
 
 async def _guarded(

@@ -161,3 +161,29 @@ def test_case_a_night_committed_before_the_signal_took_effect_stands(monkeypatch
     result, stopped = _guarded_run(monkeypatch, "committed")
     assert result == {"status": "committed"}
     assert stopped == []  # and the watchdog was called off: the process goes on to its summary
+
+
+async def _night_under_prefects_sigterm_handler() -> None:
+    """Like Prefect's engine: its own SIGTERM handler replaces the loop's and raises."""
+    import asyncio
+
+    from prefect.exceptions import TerminationSignal
+
+    def prefect_handler(signum: int, _frame: Any) -> None:
+        raise TerminationSignal(signal=signum)
+
+    signal.signal(signal.SIGTERM, prefect_handler)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.sleep(30)
+
+
+def test_case_a_sigterm_taken_by_prefects_own_handler_is_an_interruption() -> None:
+    from membersync.flows.interrupt import Interrupted, run_until_signal
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(Interrupted) as caught:
+            run_until_signal(_night_under_prefects_sigterm_handler(), lambda _signame: None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert caught.value.signal == "SIGTERM"
