@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -21,7 +22,7 @@ from membersync.warehouse.build import TMP_PREFIX, build_warehouse
 from membersync.warehouse.catalog import parts_dir, warehouse_dir
 from membersync.warehouse.export import REPORT_NAMES, export_reports
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import FIRST_NIGHT, History, Sale, land_night
+from membersync.warehouse.synthetic import FIRST_NIGHT, STORES, History, Sale, land_night
 
 CLIENTS = 40
 NIGHTS = 4
@@ -187,6 +188,57 @@ def test_case_a_void_undone_within_a_build_of_two_nights_is_dated_like_a_full_re
     events = _event_marts(data_dir)
     build_warehouse(data_dir, full_refresh=True)
     assert _event_marts(data_dir) == events
+
+
+def _revenue_truth(history: History) -> list[tuple]:
+    """reports.revenue_by_store_day from the generator's state alone (plain Python, Decimal):
+    every sale not voided, by its store, its day and line type."""
+    groups: dict[tuple, list] = {}
+    for client in history.clients:
+        for sale in client.sales:
+            if sale.status == "Voided":
+                continue
+            for line_type, quantity, price in sale.lines:
+                group = groups.setdefault((sale.storecode, sale.when.date(), line_type), [set(), 0, 0, 0])
+                group[0].add(sale.receipt)
+                group[1] += quantity
+                group[2] += price * quantity
+                group[3] += (price * quantity * Decimal("0.08")).quantize(Decimal("0.01"))
+    return sorted((*key, len(g[0]), g[1], g[2], g[3]) for key, g in groups.items())
+
+
+def _revenue(data_dir: DataDir) -> list[tuple]:
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        return con.execute(
+            "SELECT storecode, business_date, type, transactions, quantity, amount, tax "
+            "FROM reports.revenue_by_store_day ORDER BY ALL"
+        ).fetchall()
+
+
+def test_case_a_sale_moved_to_another_day_and_store_leaves_its_old_group(tmp_path: Path) -> None:
+    """A correction moves an old sale to another day and store (night 1), then voids another
+    sale (night 2): the incremental revenue report recomputes the old and the new (store, day)
+    groups, equal to the truth from the generator's state and to a full refresh."""
+    data_dir = DataDir(tmp_path / "data")
+    history = History(CLIENTS, seed=11)
+    moved = _old_sale(history)
+    old_group = (moved.storecode, moved.when.date())
+    land_night(data_dir, history, _night(0), history.clients, full=True)
+    build_warehouse(data_dir)
+    assert any(row[:2] == old_group for row in _revenue(data_dir))
+    moved.when -= dt.timedelta(days=3)
+    moved.storecode = next(s for s in STORES if s != moved.storecode)
+    _land_owner(data_dir, history, 1, moved, "Saved")
+    assert not build_warehouse(data_dir).full_refresh
+    incremental = _revenue(data_dir)
+    assert incremental == _revenue_truth(history)
+    voided = next(s for c in history.clients for s in c.sales if s.status == "Saved" and s is not moved)
+    _land_owner(data_dir, history, 2, voided, "Voided")
+    build_warehouse(data_dir)
+    incremental = _revenue(data_dir)
+    assert incremental == _revenue_truth(history)
+    build_warehouse(data_dir, full_refresh=True)
+    assert _revenue(data_dir) == incremental
 
 
 CRASHER = (

@@ -17,10 +17,10 @@ How a model's rows are stored (its ``meta.storage`` in the dbt YAML):
 ``latest``   one part per build holding the versions that changed in the nights it built (events:
              a new sale, a late void); the view keeps each key's newest version over every part
              (``snapshot_date``: the night that version was first fetched). A night's build
-             writes O(what changed); it still reads every current version (a window over the
-             parts) and compares only the keys it fetched. A build of several nights stores each
-             key's newest version of those nights (the views agree with a full refresh; the
-             parts hold fewer versions).
+             writes O(what changed) and holds only the keys it fetched: it finds their current
+             versions with a semi join over the parts (``prior.<table>`` is every stored version)
+             and orders only those. A build of several nights stores each key's newest version
+             of those nights (the views agree with a full refresh; the parts hold fewer versions).
 ``view``     no part: the catalog holds the model's compiled SQL as a view.
 """
 
@@ -245,30 +245,31 @@ def create_part_view(
 
 
 def create_prior_views(
-    con: duckdb.DuckDBPyConnection,
-    parts: Sequence[Part],
-    tables: Iterable[str],
-    newest_night: dt.date,
-    keys: Mapping[str, Sequence[str]],
+    con: duckdb.DuckDBPyConnection, parts: Sequence[Part], models: Mapping[str, str], newest_night: dt.date
 ) -> None:
-    """``prior.<table>``: the published state an incremental build continues from.
+    """``prior.<table>`` for each table -> model of ``models``: the published state an incremental
+    build continues from.
 
-    A nightly mart's prior is its newest night only (the part that holds it); a merged table's
-    is its one part; a latest table's, each key's newest version over its parts (``keys``: the
-    key of each ``schema.table``).
+    A nightly model's prior is its newest night only (the part that holds it); a merged table's
+    is its one part; a latest table's, **every stored version** over its parts (no window: a
+    model picks the newest version of the few keys it needs, macro ``current_versions``, instead
+    of ordering the whole history every night).
     """
-    for table in tables:
-        model = f"marts.{table}"
+    for table, model in models.items():
         mine = [p for p in parts if p.model == model]
         if not mine:
-            raise KeyError(f"the published warehouse has no part of {model}")
+            raise KeyError(f"the published warehouse has no part of {model!r} (source prior.{table})")
         if mine[0].storage == NIGHTLY:
             holding = [p for p in mine if p.first_night <= newest_night <= p.last_night]
             scan = f"read_parquet({_path_list(p.path for p in holding)})"
             night = f"DATE '{newest_night.isoformat()}'"
             con.execute(f"CREATE VIEW prior.{table} AS SELECT * FROM {scan} WHERE as_of_date = {night}")
+        elif mine[0].storage == LATEST:
+            con.execute(
+                f"CREATE VIEW prior.{table} AS SELECT * FROM read_parquet({_path_list(p.path for p in mine)})"
+            )
         else:
-            create_part_view(con, f"prior.{table}", mine, keys.get(model, ()))
+            create_part_view(con, f"prior.{table}", mine)
 
 
 # --------------------------------------------------------------------------------------------

@@ -252,6 +252,21 @@ def model_yaml(project_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def source_models(project_dir: Path, source: str) -> dict[str, str]:
+    """Table -> model (``meta.model``) of each table a source declares in the project's YAML."""
+    import yaml  # type: ignore[import-untyped]
+
+    out: dict[str, str] = {}
+    for path in sorted(project_dir.glob("*/_*.yml")):
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for declared in document.get("sources", []):
+            if declared.get("name") == source:
+                out |= {
+                    str(t["name"]): str((t.get("meta") or {}).get("model", "")) for t in declared["tables"]
+                }
+    return out
+
+
 def sql_path(project_dir: Path, layer: str, name: str) -> Path:
     return project_dir / layer / f"{name}.sql"
 

@@ -233,9 +233,11 @@ def generate(
     first_night: dt.date = FIRST_NIGHT,
     start: int = 0,
     history: History | None = None,
+    land: bool = True,
 ) -> History:
     """Land nights ``start`` .. ``nights - 1`` (night 0 = ``first_night``, full); return the history
-    so that a caller can land more nights later (``start=nights``, ``history=...``)."""
+    so that a caller can land more nights later (``start=nights``, ``history=...``). ``land=False``
+    replays the nights without writing (the history of a data dir landed earlier, same seed)."""
     history = history or History(clients, seed)
     for index in range(start, nights):
         night = first_night + dt.timedelta(days=index)
@@ -245,7 +247,8 @@ def generate(
             synced = history.rng.sample(history.clients, max(1, round(rate * clients)))
             for client in synced:
                 history.change(client, night)
-        land_night(data_dir, history, night, synced, full=index == 0)
+        if land:
+            land_night(data_dir, history, night, synced, full=index == 0)
     return history
 
 
