@@ -289,7 +289,11 @@ class NightRun:
         self.tz = TimezoneLookup()
         self.affiliated: frozenset[str] = frozenset()
         self.storecodes: list[str] = []
+        self.stores: list[dict[str, Any]] = []  # the storelist as fetched (a shard plan carries it)
         self.batches: dict[str, B.Batch] = {}
+        # How the pending batches are fetched when not here, batch by batch: a large tenant's
+        # night fans out to shards on a work pool (flows/shards.py, set by flows/tenant_flow.py).
+        self.fan_out: Callable[[NightRun, list[str]], Awaitable[None]] | None = None
         self.window: B.Window | None = None
         self.previous_watermark: str | None = None
         self.healed: list[str] = []  # clients the self-audit had synced tonight (heal=now)
@@ -366,6 +370,7 @@ class NightRun:
         rest of the night); write them as batch "config" unless a resumed run already did."""
         self.progress.phase("configuration")
         typed, stores = await B.fetch_config(self.client)
+        self.stores = stores
         self.tz = TimezoneLookup.from_stores(stores)
         self.storecodes = B.store_codes(stores)
         packages = typed.tables["sellable_packages"]
@@ -449,6 +454,13 @@ class NightRun:
         # Typing and Parquet writing in a thread: the loop keeps the other batch's requests going.
         await asyncio.to_thread(self._type_and_write, raw)
         return len(batch.clients)
+
+    async def land_by_shards(self, pending: list[str]) -> int:
+        """Fetch the pending batches through :attr:`fan_out` (shards elsewhere), staged here;
+        returns their client count."""
+        assert self.fan_out is not None
+        await self.fan_out(self, pending)
+        return sum(len(self.batches[b].clients) for b in pending)
 
     def _type_and_write(self, raw: B.RawBatch) -> None:
         typed = B.type_batch(raw, self.tz)
@@ -639,9 +651,12 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
                 await step("land_batch", batch_id)
 
         run.progress.phase("clients")
-        async with asyncio.TaskGroup() as group:
-            for batch_id in pending:
-                group.create_task(one(batch_id))
+        if run.fan_out is not None and pending:
+            await step("land_by_shards", pending)
+        else:
+            async with asyncio.TaskGroup() as group:
+                for batch_id in pending:
+                    group.create_task(one(batch_id))
         # The self-audit (incremental nights); with heal=now, the clients that differed are
         # synced tonight in extra batches before the commit.
         healing = await step("audit") if run.summary.mode == "incremental" else []

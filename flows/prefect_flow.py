@@ -46,6 +46,12 @@ async def batch_task(run_key: str, batch_id: str) -> int:
     return await nightly.RUNS[run_key].land_batch(batch_id)
 
 
+@task(name="shards", **_TASK_OPTIONS)
+async def shards_task(run_key: str, pending: list[str]) -> int:
+    """The pending batches fetched by shard runs on the work pool (a large tenant's night)."""
+    return await nightly.RUNS[run_key].land_by_shards(pending)
+
+
 @task(name="self-audit", **_TASK_OPTIONS)
 async def audit_task(run_key: str) -> list[str]:
     """The self-audit of an incremental night; returns the ids of re-sync batches to land now."""
@@ -67,6 +73,7 @@ TASKS: dict[str, Any] = {
     "land_config": config_task,
     "discover": discovery_task,
     "land_batch": batch_task,
+    "land_by_shards": shards_task,
     "audit": audit_task,
     "commit": commit_task,
     "build": build_task,
@@ -103,10 +110,11 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
 
 
 async def run_night_in_flow(
-    night: dt.date | None, full: bool, config: Settings, options: SyncOptions
+    night: dt.date | None, full: bool, config: Settings, options: SyncOptions, fan_out: Any = None
 ) -> dict[str, Any]:
     """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): service and
-    data dir from ``config``, the steps as tasks, the summary as artifacts."""
+    data dir from ``config``, the steps as tasks, the summary as artifacts. ``fan_out``: how a
+    large tenant's batches are fetched by shards (:attr:`NightRun.fan_out`)."""
     from prefect.artifacts import acreate_table_artifact
 
     settings = ServiceSettings.from_settings(config)
@@ -116,6 +124,7 @@ async def run_night_in_flow(
     run = NightRun(
         settings, data_dir, night or dt.date.today(), full=full, options=options, progress=progress
     )
+    run.fan_out = fan_out
     key = uuid.uuid4().hex
     nightly.RUNS[key] = run
     try:

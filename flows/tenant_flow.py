@@ -33,11 +33,13 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
+from membersync.warehouse.shards import ShardPlan
 from prefect import flow
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ TENANTS_FILE_ENV = env_name("tenants_file")
 DEFAULT_POOL = "membersync"
 FLOW_NAME = "membersync-tenant-night"
 ENTRYPOINT = "membersync.flows.tenant_flow:tenant_night"
+SHARD_FLOW_NAME = "membersync-tenant-shard"
+SHARD_QUEUE = "shards"  # the pool's work queue of shard runs (a worker may poll it alone)
 RATE_LIMIT_PREFIX = "membersync-rate-"
 # The tenant settings a night takes from the tenants file; a worker's own values are dropped.
 _TENANT_KEYS = tuple(
@@ -164,16 +168,53 @@ def tenant_environment(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def tenant_options(found: Tenant, config: Settings) -> tuple[Any, SharedRateGate | None]:
+    """The night's options from ``config``, with the tenant's shared rate-limit gate if it has a rate."""
+    from membersync.extract.client import ClientOptions
+    from membersync.flows.nightly import SyncOptions
+
+    options = SyncOptions.from_settings(config)
+    if found.rate is None:
+        return options, None
+    gate = SharedRateGate(rate_limit_name(found.name), chunk_for(found.rate))
+    client_options = replace(options.client_options or ClientOptions(), gate=gate)
+    return replace(options, client_options=client_options), gate
+
+
+async def launch_shard(tenant: str, plan: ShardPlan, shard: int) -> bool:
+    """Run shard ``shard`` of ``plan`` as a run of the tenant's shard deployment (any worker of
+    the pool) and wait for it; whether it completed."""
+    from prefect.deployments import arun_deployment
+
+    flow_run = await arun_deployment(
+        f"{SHARD_FLOW_NAME}/{tenant}",
+        parameters={"tenant": tenant, "night": plan.night.isoformat(), "run_id": plan.run_id, "shard": shard},
+        timeout=None,
+        poll_interval=2,
+    )
+    state = flow_run.state
+    log.info(
+        "tenant %s: shard %d run %s ended %s",
+        tenant,
+        shard,
+        flow_run.name,
+        state.type.value if state else "?",
+    )
+    return state is not None and state.is_completed()
+
+
 @flow(name=FLOW_NAME, flow_run_name="{tenant}", persist_result=False, log_prints=False)
 async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
     """One night of one tenant of the tenants file (``MEMBERSYNC_TENANTS_FILE``).
 
     Only the tenant's *name* is a parameter; its service, credentials (by the environment
     variable names or the Secret block the file gives) and data location are resolved here.
+    A tenant with ``shards = N`` fetches its batches through N runs of its shard deployment
+    (:func:`tenant_shard`, :mod:`membersync.flows.shards`) and commits once, here.
     """
-    from membersync.extract.client import ClientOptions
-    from membersync.flows.nightly import SyncOptions, prepare_prefect_env
+    from membersync.flows.nightly import prepare_prefect_env
     from membersync.flows.prefect_flow import run_night_in_flow
+    from membersync.flows.shards import fan_out
 
     prepare_prefect_env()
     worker = Settings.load()
@@ -181,26 +222,106 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
     env = await tenant_env(found, os.environ, worker)
     with tenant_environment(env):
         config = Settings.load()  # the worker's settings with the tenant's over them
-        options = SyncOptions.from_settings(config)
-        gate = None
-        if found.rate is not None:
-            gate = SharedRateGate(rate_limit_name(found.name), chunk_for(found.rate))
-            client_options = replace(options.client_options or ClientOptions(), gate=gate)
-            options = replace(options, client_options=client_options)
+        options, gate = tenant_options(found, config)
+        sharded = None
+        if found.shards > 1:
+
+            async def sharded(run: Any, pending: list[str]) -> None:
+                await fan_out(run, pending, found.shards, partial(launch_shard, found.name))
+
         log.info(
-            "tenant %s: night %s; shared rate limit %s",
+            "tenant %s: night %s; shared rate limit %s; %s",
             found.name,
             night or "today",
             f"{rate_limit_name(found.name)} ({found.rate:g} req/s)" if found.rate else "none",
+            f"{found.shards} shards" if found.shards > 1 else "not sharded",
         )
         try:
-            return await run_night_in_flow(night, full, config, options)
+            return await run_night_in_flow(night, full, config, options, sharded)
         finally:
             if gate is not None:
                 log.info("tenant %s: %d slot acquisitions of %d", found.name, gate.acquisitions, gate.chunk)
 
 
+@flow(
+    name=SHARD_FLOW_NAME,
+    flow_run_name="{tenant}-shard-{shard}",
+    persist_result=False,
+    log_prints=False,
+)
+async def tenant_shard(tenant: str, night: dt.date, run_id: str, shard: int) -> dict[str, int]:
+    """One shard of a large tenant's night: fetch its batches of the plan the night's run wrote
+    (run ``run_id``) into the shard area. Parameters carry names and ids only."""
+    from membersync.extract.settings import ServiceSettings
+    from membersync.flows.nightly import prepare_prefect_env
+    from membersync.flows.shards import land_shard
+    from membersync.warehouse.paths import DataDir
+    from membersync.warehouse.shards import ShardArea
+
+    prepare_prefect_env()
+    worker = Settings.load()
+    found = find_tenant(tenant, worker)
+    env = await tenant_env(found, os.environ, worker)
+    with tenant_environment(env):
+        config = Settings.load()
+        options, _ = tenant_options(found, config)
+        area = ShardArea(DataDir.from_settings(config), night, run_id)
+        return await land_shard(
+            ServiceSettings.from_settings(config),
+            area,
+            shard,
+            options.client_options,
+            options.batches_in_flight,
+        )
+
+
 # --- membersync deploy ----------------------------------------------------------------------------
+
+HEARTBEAT_SECONDS = 30  # Prefect's least
+ZOMBIE_AFTER = dt.timedelta(seconds=75)  # no heartbeat for this long: the run is Crashed
+ZOMBIE_AUTOMATION = "membersync: crash runs whose heartbeats stopped"
+
+
+async def ensure_zombie_automation() -> str:
+    """Prefect's documented zombie-run automation (detect-zombie-flows), created once."""
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    try:
+        await Automation.aread(name=ZOMBIE_AUTOMATION)
+        return f"automation {ZOMBIE_AUTOMATION!r}: exists"
+    except ValueError:
+        pass
+    await Automation(
+        name=ZOMBIE_AUTOMATION,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={
+                "prefect.flow-run.heartbeat",
+                "prefect.flow-run.Completed",
+                "prefect.flow-run.Failed",
+                "prefect.flow-run.Cancelled",
+                "prefect.flow-run.Crashed",
+            },
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=ZOMBIE_AFTER,
+        ),
+        actions=[
+            ChangeFlowRunState(
+                name=None,
+                state=StateType.CRASHED,
+                message=f"no heartbeat for {ZOMBIE_AFTER.seconds} s (its worker is gone)",
+                force=False,
+            )
+        ],
+    ).acreate()
+    return f"automation {ZOMBIE_AUTOMATION!r}: created (no heartbeat for {ZOMBIE_AFTER.seconds} s: Crashed)"
 
 
 async def deploy_tenants(tenants_file: Path, tenants: list[Tenant], pool: str) -> list[str]:
@@ -245,6 +366,10 @@ async def deploy_tenants(tenants_file: Path, tenants: list[Tenant], pool: str) -
                     )
                 )
             done.append(f"rate limit {name}: {tenant.rate:g} req/s, bucket {size}")
+    # Runs send heartbeats; the automation marks a run whose heartbeats stopped (its worker was
+    # killed, its machine lost) Crashed, so a night waiting on a shard launches it again.
+    env = {TENANTS_FILE_ENV: str(tenants_file), "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS)}
+    done.append(await ensure_zombie_automation())
     for tenant in tenants:
         deployment = RunnerDeployment.from_flow(
             tenant_night,
@@ -253,7 +378,7 @@ async def deploy_tenants(tenants_file: Path, tenants: list[Tenant], pool: str) -
             parameters={"tenant": tenant.name},
             tags=["membersync", f"tenant:{tenant.name}"],
             description=f"membersync: the night of tenant {tenant.name}",
-            job_variables={"env": {TENANTS_FILE_ENV: str(tenants_file)}},
+            job_variables={"env": env},
             entrypoint_type=EntrypointType.MODULE_PATH,
             concurrency_limit=1,  # one night of a tenant at a time (its data dir's lock agrees)
         )
@@ -261,6 +386,21 @@ async def deploy_tenants(tenants_file: Path, tenants: list[Tenant], pool: str) -
         done.append(
             f"deployment {FLOW_NAME}/{tenant.name}: cron {tenant.schedule!r} {tenant.timezone}, pool {pool}"
         )
+        if tenant.shards > 1:
+            shard = RunnerDeployment.from_flow(
+                tenant_shard,
+                name=tenant.name,
+                tags=["membersync", f"tenant:{tenant.name}", "shard"],
+                description=f"membersync: a shard of a night of tenant {tenant.name} (its night starts it)",
+                job_variables={"env": env},
+                entrypoint_type=EntrypointType.MODULE_PATH,
+                work_queue_name=SHARD_QUEUE,
+            )
+            await shard.aapply(work_pool_name=pool)
+            done.append(
+                f"deployment {SHARD_FLOW_NAME}/{tenant.name}: {tenant.shards} shards a night, "
+                f"pool {pool}, queue {SHARD_QUEUE}"
+            )
     return done
 
 
@@ -303,6 +443,7 @@ def run_deploy_cli(path: str, pool: str, out: Any, err: Any) -> int:
 __all__ = [
     "ENTRYPOINT",
     "FLOW_NAME",
+    "SHARD_FLOW_NAME",
     "SharedRateGate",
     "bucket_size",
     "chunk_for",
@@ -310,4 +451,5 @@ __all__ = [
     "rate_limit_name",
     "run_deploy_cli",
     "tenant_night",
+    "tenant_shard",
 ]

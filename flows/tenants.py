@@ -50,8 +50,10 @@ KEYS = frozenset(
         "timezone",
         "data_dir",
         "rate",
+        "shards",
     }
 )
+MAX_SHARDS = 64
 # keys that would hold a secret's value: refused, whatever they hold
 SECRET_KEYS = frozenset(
     {
@@ -83,6 +85,7 @@ class Tenant:
     timezone: str
     data_dir: str  # a local path (absolute) or s3://bucket/prefix
     rate: float | None
+    shards: int = 1  # > 1: the night's batches are fetched by this many shard runs (flows/shards.py)
 
     def night_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The ``MEMBERSYNC_*`` settings of this tenant's night (credentials read from the
@@ -248,6 +251,10 @@ def _tenant(
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0):
         errors.append(f"{here}: rate must be a positive number of requests per second")
         rate = None
+    shards = body.get("shards", 1)
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        errors.append(f"{here}: shards must be a whole number from 1 to {MAX_SHARDS}")
+        shards = 1
     if url is None or not data_dir:
         return None
     return Tenant(
@@ -261,6 +268,7 @@ def _tenant(
         timezone=timezone,
         data_dir=data_dir,
         rate=float(rate) if rate is not None else None,
+        shards=shards,
     )
 
 

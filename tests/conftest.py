@@ -5,6 +5,8 @@
   should use ``fresh_sandbox`` so that other tests' truth does not move under them.
 - ``fresh_sandbox(**config)``: a new sandbox per call (``SandboxConfig`` keywords, checked),
   stopped when the test ends.
+- ``s3_endpoint`` (per module): moto's S3 server on 127.0.0.1; ``aws_env``: the standard AWS
+  variables for it (set in this process too), with bucket ``BUCKET`` created.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+
+BUCKET = "membersync-test"
+KEY_ID, SECRET = "AKIDTESTOBJECTSTORE", "object-store-secret-canary-7f3a"
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +44,38 @@ def fresh_sandbox() -> Iterator[Callable[..., RunningSandbox]]:
     finally:
         for running in started:
             running.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    from membersync.warehouse.storage import s3_filesystem
+
+    env = {
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    fs = s3_filesystem()
+    if not fs.exists(BUCKET):
+        fs.call_s3("create_bucket", Bucket=BUCKET)
+    return env
 
 
 # The longest files first (measured: the slowest tests of a CI run), so that two workers

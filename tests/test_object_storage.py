@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 import truth
+from conftest import BUCKET, SECRET  # the moto S3 fixtures (s3_endpoint, aws_env) live in conftest
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.models.tables import BY_NAME
 from membersync.warehouse.landing import LandingError, LandingZone
@@ -28,38 +29,6 @@ from membersync.warehouse.storage import ObjectStore, s3_filesystem
 from reliability import Workspace, inspect
 
 NIGHT = dt.datetime.now(dt.UTC).date()
-BUCKET = "membersync-test"
-KEY_ID, SECRET = "AKIDTESTOBJECTSTORE", "object-store-secret-canary-7f3a"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    try:
-        yield url
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = {
-        "AWS_ENDPOINT_URL": s3_endpoint,
-        "AWS_ACCESS_KEY_ID": KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    fs = s3_filesystem()
-    if not fs.exists(BUCKET):
-        fs.call_s3("create_bucket", Bucket=BUCKET)
-    return env
 
 
 @pytest.fixture

@@ -1,8 +1,12 @@
-"""Issue 13 part 3: many tenants on a Prefect work pool, one shared rate limit per tenant.
+"""Issue 13: many tenants on a Prefect work pool, a large one sharded, all on object storage.
 
-Real parts on loopback: one ``prefect server start`` with basic auth, two ``prefect worker``
-processes on a process pool, ``membersync deploy``, one sandbox per tenant (each with its own
-credentials and rate limit). Every tenant's reports equal its sandbox's truth; a tenant with
+Real parts on loopback: one ``prefect server start`` with basic auth, three ``prefect worker``
+processes on a process pool (one on the nights' queue, two on the shards' queue), ``membersync
+deploy``, one sandbox per tenant (each with its own credentials and rate limit), and moto's S3
+server as every tenant's data location. Tenant ``big`` is fetched by 4 shard runs; the worker
+running one of them is killed (SIGKILL, with its flow-run process, as a lost machine) mid-shard:
+Prefect's heartbeat automation marks that run Crashed, the night launches the shard again on the
+other worker, and commits once. Every tenant's reports equal its sandbox's truth; a tenant with
 wrong credentials fails alone; each sandbox's counters show its limit held (no 429), and two
 processes sharing a tenant's Prefect rate limit stay under it together (without it: 429s).
 """
@@ -10,6 +14,7 @@ processes sharing a tenant's Prefect rate limit stay under it together (without 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -25,9 +30,17 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import BUCKET
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.flows.schedule import free_port, server_env, wait_healthy
-from membersync.flows.tenant_flow import FLOW_NAME, bucket_size, chunk_for, rate_limit_name
+from membersync.flows.tenant_flow import (
+    FLOW_NAME,
+    SHARD_QUEUE,
+    bucket_size,
+    chunk_for,
+    rate_limit_name,
+)
+from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.paths import DataDir
 from truth import assert_night_exact
 
@@ -36,8 +49,9 @@ NIGHT = dt.datetime.now(dt.UTC).date()
 AUTH = "ops:correct-horse-battery"
 POOL = "tenants-pool"
 RATE = 25.0
-TENANTS = {"alpha": 30, "beta": 24}  # name -> clients
-DEADLINE = 420.0  # seconds for every run to finish
+TENANTS = {"alpha": 30, "beta": 24, "big": 120}  # name -> clients
+SHARDED = {"big": 4}  # name -> shards
+DEADLINE = 480.0  # seconds for every run to finish (a lost shard is seen after ~75-90 s)
 
 
 class Procs:
@@ -92,7 +106,7 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
         running.stop()
 
 
-def tenants_toml(sandboxes: dict[str, RunningSandbox], root: Path) -> str:
+def tenants_toml(sandboxes: dict[str, RunningSandbox], bucket: str) -> str:
     parts = ['[defaults]\nschedule = "0 2 * * *"\ntimezone = "Europe/Paris"\n']
     for name, sb in [*sandboxes.items(), ("gamma", sandboxes["alpha"])]:
         upper = name.upper()
@@ -102,11 +116,56 @@ def tenants_toml(sandboxes: dict[str, RunningSandbox], root: Path) -> str:
             base_url = "{sb.url}"
             username_env = "{upper}_USERNAME"
             password_env = "{upper}_PASSWORD"
-            data_dir = "{root / "data" / name}"
+            data_dir = "s3://{bucket}/{name}"
             rate = {RATE:g}
+            shards = {SHARDED.get(name, 1)}
             """)
         )
     return "".join(parts)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children first."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        out += children
+        frontier = children
+    return out
+
+
+async def kill_a_worker_mid_shard(worker: subprocess.Popen[bytes], tenant: str) -> str:
+    """Wait until ``worker`` runs a shard of ``tenant`` (running a few seconds: it has sent its
+    first heartbeat), then SIGKILL the worker and its flow-run processes at once; the run's name."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    deadline = time.monotonic() + DEADLINE
+    async with get_client() as client:
+        while time.monotonic() < deadline:
+            runs = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["shard", f"tenant:{tenant}"]))
+            )
+            mine = descendants(worker.pid)
+            for run in runs:
+                pid = str(run.infrastructure_pid or "").rsplit(":", 1)[-1]
+                running = run.state is not None and run.state.is_running() and run.start_time is not None
+                if running and pid.isdigit() and int(pid) in mine:
+                    assert run.start_time is not None
+                    if (dt.datetime.now(dt.UTC) - run.start_time).total_seconds() >= 4:
+                        for victim in [worker.pid, *mine]:
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(victim, signal.SIGKILL)
+                        return str(run.name)
+            await asyncio.sleep(0.5)
+    raise AssertionError(f"no shard of {tenant} ran on worker {worker.pid}")
 
 
 def per_second(sb: RunningSandbox) -> tuple[Counter[int], Counter[int]]:
@@ -132,6 +191,16 @@ async def wait_runs(ids: list[Any]) -> dict[Any, Any]:
             if time.monotonic() > deadline:
                 return runs
             await asyncio.sleep(2)
+
+
+async def read_shard_runs(tenant: str) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    async with get_client() as client:
+        return await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["shard", f"tenant:{tenant}"]))
+        )
 
 
 GATE_SCRIPT = """
@@ -187,7 +256,7 @@ def test_shared_rate_gate_takes_slots_in_chunks() -> None:
 
 @pytest.mark.slow
 def test_tenants_on_a_work_pool(
-    tmp_path: Path, procs: Procs, fresh_sandbox: Callable[..., RunningSandbox]
+    tmp_path: Path, procs: Procs, fresh_sandbox: Callable[..., RunningSandbox], aws_env: dict[str, str]
 ) -> None:
     started = time.monotonic()
     sandboxes = {
@@ -202,7 +271,7 @@ def test_tenants_on_a_work_pool(
         for i, (name, clients) in enumerate(TENANTS.items())
     }
     tenants_file = tmp_path / "tenants.toml"
-    tenants_file.write_text(tenants_toml(sandboxes, tmp_path), encoding="utf-8")
+    tenants_file.write_text(tenants_toml(sandboxes, BUCKET), encoding="utf-8")
 
     # -- the Prefect server, with basic auth ------------------------------------------------------
     port = free_port()
@@ -245,6 +314,9 @@ def test_tenants_on_a_work_pool(
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_WORKER_PREFETCH_SECONDS": "5",
         "MEMBERSYNC_AUDIT_MAX_REQUESTS": "0",
+        "MEMBERSYNC_BATCH_SIZE": "10",  # big: 12 batches, 3 a shard
+        "MEMBERSYNC_CACHE_DIR": str(tmp_path / "work"),  # each worker's working dirs (one per tenant)
+        **aws_env,
         **creds,
     }
     no_auth = {k: v for k, v in client_env.items() if k != "PREFECT_API_AUTH_STRING"}
@@ -266,10 +338,12 @@ def test_tenants_on_a_work_pool(
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     for secret in creds.values():
         assert secret not in deployed.stdout + deployed.stderr
-    for i in (1, 2):
-        procs.start(
+    worker_cmd = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process"]
+    workers = {}
+    for i, queue in ((1, "default"), (2, SHARD_QUEUE), (3, SHARD_QUEUE)):
+        workers[i] = procs.start(
             f"worker-{i}",
-            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process", "--name", f"w{i}"],
+            [*worker_cmd, "--name", f"w{i}", "--work-queue", queue],
             client_env,
         )
 
@@ -290,13 +364,20 @@ def test_tenants_on_a_work_pool(
             run_deployment(f"{FLOW_NAME}/{name}", parameters={"night": NIGHT.isoformat()}, timeout=0).id  # type: ignore[union-attr]
             for name in names
         ]
-        runs = asyncio.run(wait_runs(ids))
+
+        async def nights_with_a_lost_worker() -> tuple[dict[Any, Any], str]:
+            killed = asyncio.create_task(kill_a_worker_mid_shard(workers[2], "big"))
+            runs = await wait_runs(ids)
+            return runs, await killed
+
+        runs, killed_shard = asyncio.run(nights_with_a_lost_worker())
         nights_wall = time.monotonic() - triggered
         by_name = {r.name: r for r in runs.values()}
         states = {name: (by_name[name].state_type.value if name in by_name else "?") for name in names}
-        assert states == {"alpha": "COMPLETED", "beta": "COMPLETED", "gamma": "FAILED"}, (
+        assert states == {"alpha": "COMPLETED", "beta": "COMPLETED", "big": "COMPLETED", "gamma": "FAILED"}, (
             f"{states}\n{procs.tail()}"
         )
+        shard_runs = asyncio.run(read_shard_runs("big"))
         # every run on the pool, by the tenant's name, parameters = the name and the night only
         for name in names:
             run = by_name[name]
@@ -306,10 +387,25 @@ def test_tenants_on_a_work_pool(
         params = json.dumps([r.parameters for r in runs.values()])
         assert not any(secret in params for secret in creds.values())
 
-    # -- exact reports; each sandbox's limit held (no 429; per-second counts) -----------------------
+    # -- the lost shard: Crashed by the heartbeat automation, launched again, the night committed once
+    by_shard: dict[str, list[str]] = {}
+    for run in shard_runs:
+        by_shard.setdefault(run.name, []).append(run.state_type.value)
+    assert sorted(by_shard) == [f"big-shard-{i}" for i in range(SHARDED["big"])], by_shard
+    assert sorted(by_shard[killed_shard]) == ["COMPLETED", "CRASHED"], (killed_shard, by_shard)
+    for name, shard_states in by_shard.items():
+        if name != killed_shard:
+            assert shard_states == ["COMPLETED"], by_shard
+
+    # -- exact reports from the bucket; each sandbox's limit held (no 429; per-second counts) ------
     figures = {}
     for name, sb in sandboxes.items():
-        assert_night_exact(sb, DataDir(tmp_path / "data" / name), NIGHT)
+        data_dir = DataDir.remote_location(f"s3://{BUCKET}/{name}", str(tmp_path / "work" / name))
+        zone = LandingZone(data_dir)
+        assert [m.snapshot_date for m in zone.manifests()] == [NIGHT], name  # committed once
+        landed = zone.read("synced_clients", NIGHT)["client_number"].to_pylist()
+        assert len(landed) == len(set(landed)) == TENANTS[name], name  # every client once
+        assert_night_exact(sb, data_dir, NIGHT)
         passed, refused_s = per_second(sb)
         assert sum(refused_s.values()) == 0, f"{name}: 429s at the sandbox {dict(refused_s)}"
         peak = max(passed.values())
@@ -336,7 +432,8 @@ def test_tenants_on_a_work_pool(
     assert free_refused > 0, "without the shared limit two processes should exceed the sandbox's limit"
 
     sys.stderr.write(
-        f"\nwork pool: server up {server_up:.1f} s, 3 runs on 2 workers {nights_wall:.1f} s, "
+        f"\nwork pool: server up {server_up:.1f} s, 4 nights (big: 4 shards, {killed_shard} lost with its "
+        f"worker and run again) on 3 workers {nights_wall:.1f} s, "
         f"total {time.monotonic() - started:.1f} s; per tenant (requests, peak/s, busy req/s): {figures}; "
         f"2 processes sharing {rate_limit_name('alpha')} (chunk {chunk_for(RATE)}, bucket "
         f"{bucket_size(RATE)}): {gated_rate:.1f} req/s, 0 refused, peak {max(gated_passed.values())}/s, "

@@ -13,6 +13,7 @@ The points sit at the step boundaries of a night:
 - ``after_commit``: the manifest (the commit) is written, the state is not yet saved
 - ``after_state_saved``: the state is saved, the staging area not yet cleaned
 - ``during_warehouse_build``: the new warehouse file is half built
+- ``after_shard_batch``: a shard wrote a batch and its marker to the shard area
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ POINTS = (
     "after_commit",
     "after_state_saved",
     "during_warehouse_build",
+    "after_shard_batch",
 )
 _seen: dict[str, int] = {}
 

@@ -1,0 +1,165 @@
+"""A large tenant's night, fetched by shards on a work pool, committed once.
+
+The night's own run (:class:`~membersync.flows.nightly.NightRun`, on one worker, holding the data
+dir's lock) opens the night, fetches the configuration and discovers the clients as always. With
+``shards = N`` in the tenants file, its pending batches are then cut into N contiguous ranges of
+clients, the plan is written to the shard area (:mod:`membersync.warehouse.shards`) and each
+range is fetched by a **shard**: a run of the tenant's shard deployment, on any worker of the
+pool (:func:`fan_out`, through ``launch``: Prefect's ``run_deployment``). Every shard's requests
+take the tenant's shared rate-limit slots, so the shards together hold the tenant's limit.
+
+A shard that fails, crashes or is lost with its worker (a killed worker's run stops sending
+heartbeats and Prefect's automation marks it ``Crashed``; see ``flows/tenant_flow.py``) is
+launched again, up to :data:`SHARD_ATTEMPTS` times: the batches it had finished (their markers
+are in the area) are kept, the others fetched again. Then the run copies every batch into its
+staging, checked against the planned clients, and the night goes on as usual (self-audit,
+**one** commit, build): a night fetched by shards commits exactly like one fetched in one process.
+
+The pieces without Prefect (:func:`plan_for`, :func:`land_shard`, :func:`collect`) are plain
+functions; ``tests/test_shards.py`` runs them on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from membersync.extract.settings import ServiceSettings
+from membersync.flows import batches as B
+from membersync.models.coerce import TimezoneLookup
+from membersync.warehouse.shards import ShardArea, ShardPlan, assign
+
+log = logging.getLogger(__name__)
+
+SHARD_ATTEMPTS = 3  # launches of one shard before the night fails
+
+# launch(plan, shard) -> whether the shard's run completed (False: failed, crashed, cancelled)
+Launch = Callable[[ShardPlan, int], Awaitable[bool]]
+
+
+class ShardFailed(RuntimeError):
+    """A shard did not complete after :data:`SHARD_ATTEMPTS` launches (the night is not committed;
+    its staged batches and the shard area are kept, and a rerun resumes)."""
+
+
+def plan_for(run: Any, pending: list[str], shards: int) -> ShardPlan:
+    """The plan of a night's pending batches over ``shards`` shards (``run``: a NightRun after discovery)."""
+    assert run.window is not None
+    return ShardPlan(
+        tenant=run.settings.tenant,
+        night=run.night_date,
+        run_id=run.night.run_id,
+        window={k: (v.isoformat() if v is not None else None) for k, v in asdict(run.window).items()},
+        stores=list(run.stores),
+        affiliated=sorted(run.affiliated),
+        batches={b: list(run.batches[b].clients) for b in pending},
+        shard_of=assign(pending, shards),
+    )
+
+
+def window_of(plan: ShardPlan) -> B.Window:
+    import datetime as dt
+
+    def day(key: str) -> dt.date | None:
+        value = plan.window.get(key)
+        return dt.date.fromisoformat(value) if value else None
+
+    points_start, end = day("points_start"), day("end")
+    assert points_start is not None and end is not None
+    return B.Window(points_start=points_start, end=end, history_start=day("history_start"))
+
+
+async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch) -> None:
+    """Fetch ``pending`` batches through shards, then stage them in ``run``'s night."""
+    area = ShardArea(run.data_dir, run.night_date, run.night.run_id)
+    plan = plan_for(run, pending, shards)
+    await asyncio.to_thread(area.write_plan, plan)
+    log.info(
+        "night %s: %d batches over %d shards (%s)", run.night_date, len(pending), len(plan.shards), area.where
+    )
+    attempts = dict.fromkeys(plan.shards, 0)
+
+    async def until_done(shard: int) -> None:
+        while True:
+            done = await asyncio.to_thread(area.done_batches)
+            if set(plan.batches_of(shard)) <= done:
+                return
+            if attempts[shard] >= SHARD_ATTEMPTS:
+                raise ShardFailed(
+                    f"night {run.night_date}: shard {shard} did not complete after {attempts[shard]} "
+                    f"launches; its finished batches are kept, rerun the night to resume"
+                )
+            attempts[shard] += 1
+            completed = await launch(plan, shard)
+            if not completed:
+                log.warning(
+                    "night %s: shard %d (launch %d) did not complete", run.night_date, shard, attempts[shard]
+                )
+
+    async with asyncio.TaskGroup() as group:
+        for shard in plan.shards:
+            group.create_task(until_done(shard))
+    await asyncio.to_thread(collect, run, plan, area)
+    await asyncio.to_thread(area.remove)
+
+
+def collect(run: Any, plan: ShardPlan, area: ShardArea) -> None:
+    """Copy every planned batch from the area into the night's staging (clients checked)."""
+    for batch_id in sorted(plan.batches):
+        clients = B.client_numbers(run.batches[batch_id])
+        if not area.batch_fits(batch_id, clients):
+            raise ShardFailed(
+                f"night {run.night_date}: shard batch {batch_id} does not hold its planned clients"
+            )
+        tables, quarantine = area.read_batch(batch_id)
+        run.night.write_batch(batch_id, tables, quarantine, clients=clients)
+        run.progress.advance(len(clients))
+
+
+async def land_shard(
+    settings: ServiceSettings,
+    plan_area: ShardArea,
+    shard: int,
+    client_options: Any = None,
+    batches_in_flight: int = 2,
+) -> dict[str, int]:
+    """One shard: fetch its batches not yet in the area, write each there. Returns counts only."""
+    from membersync.extract.client import ServiceClient
+
+    plan = await asyncio.to_thread(plan_area.read_plan)
+    mine = plan.batches_of(shard)
+    done = await asyncio.to_thread(plan_area.done_batches)
+    todo = [b for b in mine if b not in done]
+    tz = TimezoneLookup.from_stores(plan.stores)
+    window = window_of(plan)
+    affiliated = frozenset(plan.affiliated)
+    slots = asyncio.Semaphore(batches_in_flight)
+
+    async with ServiceClient.from_settings(settings, client_options) as client:
+
+        async def one(batch_id: str) -> None:
+            batch = B.Batch(batch_id, tuple(plan.batches[batch_id]))
+            async with slots:  # as NightRun's batches: a slot is held until the batch is written
+                raw = await B.fetch_batch_raw(client, batch, window, affiliated)
+                typed = await asyncio.to_thread(B.type_batch, raw, tz)
+                clients = B.client_numbers(batch)
+                await asyncio.to_thread(
+                    plan_area.write_batch, batch_id, typed.tables, typed.quarantine_table, clients
+                )
+
+        async with asyncio.TaskGroup() as group:
+            for batch_id in todo:
+                group.create_task(one(batch_id))
+        requests = int(client.stats.requests)
+    log.info(
+        "night %s shard %d: %d batches fetched, %d kept from an earlier launch, %d requests",
+        plan.night,
+        shard,
+        len(todo),
+        len(mine) - len(todo),
+        requests,
+    )
+    return {"batches": len(todo), "kept": len(mine) - len(todo), "requests": requests}

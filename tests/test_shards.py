@@ -1,0 +1,109 @@
+"""Issue 13: a large tenant's night fetched by shards, committed once (the pieces, without Prefect).
+
+Real parts: the sandbox on loopback; the night's run (``NightRun`` + ``drive``, holding the data
+dir's lock) in this process; every shard a real process (``tests/shard_worker.py``, what a shard
+run does on a worker); the data location on local disk or on moto's S3 server. The first launch
+of one shard is killed (SIGKILL, crash point ``after_shard_batch``) after its first batch, as a
+lost worker: the night launches it again, the finished batch is kept, the night commits once and
+every report equals the sandbox's truth. The work-pool test (``tests/test_work_pool.py``) runs
+the same through a Prefect server and workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from membersync.extract.settings import ServiceSettings, Settings
+from membersync.flows.nightly import NightRun, SyncOptions, direct_steps, drive, holding_lock
+from membersync.flows.shards import fan_out
+from membersync.warehouse.landing import LandingZone
+from membersync.warehouse.paths import DataDir
+from membersync.warehouse.shards import ShardArea, ShardPlan, assign
+from membersync.warehouse.storage import s3_filesystem
+from test_nightly import sync_env
+from test_object_storage import _prefix
+from truth import assert_night_exact
+
+NIGHT = dt.date.today()
+WORKER = Path(__file__).with_name("shard_worker.py")
+SHARDS = 4
+
+
+def test_batches_are_cut_into_contiguous_client_ranges() -> None:
+    ids = [f"{i:05d}" for i in range(10)]
+    shard_of = assign(ids, 4)
+    assert [shard_of[b] for b in ids] == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    assert assign(ids[:2], 4) == {"00000": 0, "00001": 1}  # never an empty shard
+    assert assign(["00003", "00001"], 1) == {"00001": 0, "00003": 0}
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
+    where: str, fresh_sandbox: Callable[..., Any], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    sandbox = fresh_sandbox(clients=120, seed=31, anchor_date=NIGHT)
+    location = str(tmp_path / "data")
+    extra: dict[str, str] = {"MEMBERSYNC_BATCH_SIZE": "10", "MEMBERSYNC_AUDIT_MAX_REQUESTS": "0"}
+    if where == "s3":
+        extra |= request.getfixturevalue("aws_env")
+        location = _prefix("shards")
+        extra["MEMBERSYNC_CACHE_DIR"] = str(tmp_path / "work")
+    env = sync_env(sandbox, Path(location), tmp_path, **extra)
+    env["MEMBERSYNC_DATA_DIR"] = location
+    config = Settings.load(env)
+    data_dir = DataDir.from_settings(config)
+    launches: list[tuple[int, int, dict[str, Any] | None]] = []  # shard, exit code, counts
+
+    async def launch(plan: ShardPlan, shard: int) -> bool:
+        first = not any(s == shard for s, _, _ in launches)
+        crash = {"MEMBERSYNC_CRASH_AT": "after_shard_batch:1"} if shard == 1 and first else {}
+        cmd = [sys.executable, str(WORKER), str(shard), plan.night.isoformat(), plan.run_id]
+        done = await asyncio.to_thread(
+            subprocess.run, cmd, env={**env, **crash}, capture_output=True, text=True, timeout=300
+        )
+        counts = json.loads(done.stdout) if done.returncode == 0 else None
+        launches.append((shard, done.returncode, counts))
+        return done.returncode == 0
+
+    async def night() -> Any:
+        with holding_lock(data_dir) as zone:
+            run = NightRun(
+                ServiceSettings.from_settings(config),
+                data_dir,
+                NIGHT,
+                options=SyncOptions.from_settings(config),
+                zone=zone,
+            )
+
+            async def sharded(run: NightRun, pending: list[str]) -> None:
+                await fan_out(run, pending, SHARDS, launch)
+
+            run.fan_out = sharded
+            summary = await drive(run, direct_steps(run))
+            return summary, run.night.run_id
+
+    summary, run_id = asyncio.run(night())
+
+    assert summary.status == "committed" and summary.clients == 120
+    # shard 1 was lost after its first batch, launched again: that batch kept, the rest fetched
+    assert sorted((s, rc) for s, rc, _ in launches) == [(0, 0), (1, -9), (1, 0), (2, 0), (3, 0)]
+    again = next(c for s, rc, c in launches if s == 1 and rc == 0)
+    assert again is not None and again["kept"] == 1 and again["batches"] == 2
+    # one commit of the night, every client once, the shard area gone
+    zone = LandingZone(data_dir)
+    assert [m.snapshot_date for m in zone.manifests()] == [NIGHT]
+    landed = zone.read("synced_clients", NIGHT)["client_number"].to_pylist()
+    assert sorted(landed) == sorted(sandbox.call(lambda service: list(service.clients)))
+    area = ShardArea(data_dir, NIGHT, run_id)
+    assert area.done_batches() == set()
+    if where == "s3":
+        assert not s3_filesystem().exists(area.base)
+    assert_night_exact(sandbox, data_dir, NIGHT)
