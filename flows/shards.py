@@ -22,8 +22,10 @@ functions; ``tests/test_shards.py`` runs them on loopback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
 
@@ -35,9 +37,10 @@ from membersync.warehouse.shards import ShardArea, ShardPlan, assign
 log = logging.getLogger(__name__)
 
 SHARD_ATTEMPTS = 3  # launches of one shard before the night fails
+PROGRESS_POLL = 5.0  # seconds between looks at the shard area while a shard runs
 
 # launch(plan, shard) -> whether the shard's run completed (False: failed, crashed, cancelled)
-Launch = Callable[[ShardPlan, int], Awaitable[bool]]
+Launch = Callable[[ShardPlan, int], Coroutine[Any, Any, bool]]
 
 
 class ShardFailed(RuntimeError):
@@ -72,8 +75,12 @@ def window_of(plan: ShardPlan) -> B.Window:
     return B.Window(points_start=points_start, end=end, history_start=day("history_start"))
 
 
-async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch) -> None:
-    """Fetch ``pending`` batches through shards, then stage them in ``run``'s night."""
+async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, stall: float) -> None:
+    """Fetch ``pending`` batches through shards, then stage them in ``run``'s night.
+
+    A launched shard that finishes no batch for ``stall`` seconds is given up (its launch is
+    cancelled: the launcher marks its run ``Crashed``) and launched again: a run lost before its
+    first heartbeat, or whose heartbeats the server never recorded, is not left waited on."""
     area = ShardArea(run.data_dir, run.night_date, run.night.run_id)
     plan = plan_for(run, pending, shards)
     await asyncio.to_thread(area.write_plan, plan)
@@ -93,11 +100,32 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch) -> 
                     f"launches; its finished batches are kept, rerun the night to resume"
                 )
             attempts[shard] += 1
-            completed = await launch(plan, shard)
+            completed = await watched(shard)
             if not completed:
                 log.warning(
                     "night %s: shard %d (launch %d) did not complete", run.night_date, shard, attempts[shard]
                 )
+
+    async def finished(shard: int) -> int:
+        return len(set(plan.batches_of(shard)) & await asyncio.to_thread(area.done_batches))
+
+    async def watched(shard: int) -> bool:
+        launched: asyncio.Task[bool] = asyncio.create_task(launch(plan, shard))
+        seen, since = await finished(shard), time.monotonic()
+        while True:
+            await asyncio.wait({launched}, timeout=PROGRESS_POLL)
+            if launched.done():
+                return launched.result()
+            now_finished = await finished(shard)
+            if now_finished > seen:
+                seen, since = now_finished, time.monotonic()
+            elif time.monotonic() - since > stall:
+                night = run.night_date
+                log.warning("night %s: shard %d finished no batch for %.0f s; given up", night, shard, stall)
+                launched.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await launched
+                return False
 
     async with asyncio.TaskGroup() as group:
         for shard in plan.shards:

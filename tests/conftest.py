@@ -89,6 +89,7 @@ LONGEST_FIRST = (
     "test_audit.py",
     "test_object_storage.py",
     "test_reports_truth.py",
+    "test_shards.py",
 )
 
 

@@ -5,7 +5,9 @@ dir's lock) in this process; every shard a real process (``tests/shard_worker.py
 run does on a worker); the data location on local disk or on moto's S3 server. The first launch
 of one shard is killed (SIGKILL, crash point ``after_shard_batch``) after its first batch, as a
 lost worker: the night launches it again, the finished batch is kept, the night commits once and
-every report equals the sandbox's truth. The work-pool test (``tests/test_work_pool.py``) runs
+every report equals the sandbox's truth. The first launch of another shard never starts working:
+after ``STALL`` seconds without a finished batch the night gives it up (kills it) and launches it
+again. The work-pool test (``tests/test_work_pool.py``) runs
 the same through a Prefect server and workers.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from truth import assert_night_exact
 NIGHT = dt.date.today()
 WORKER = Path(__file__).with_name("shard_worker.py")
 SHARDS = 4
+STALL = 20.0  # seconds without a finished batch before a shard is given up
 
 
 def test_batches_are_cut_into_contiguous_client_ranges() -> None:
@@ -60,18 +62,28 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
     env["MEMBERSYNC_DATA_DIR"] = location
     config = Settings.load(env)
     data_dir = DataDir.from_settings(config)
-    launches: list[tuple[int, int, dict[str, Any] | None]] = []  # shard, exit code, counts
+    launches: list[tuple[int, int | str, dict[str, Any] | None]] = []  # shard, exit code, counts
 
     async def launch(plan: ShardPlan, shard: int) -> bool:
         first = not any(s == shard for s, _, _ in launches)
-        crash = {"MEMBERSYNC_CRASH_AT": "after_shard_batch:1"} if shard == 1 and first else {}
         cmd = [sys.executable, str(WORKER), str(shard), plan.night.isoformat(), plan.run_id]
-        done = await asyncio.to_thread(
-            subprocess.run, cmd, env={**env, **crash}, capture_output=True, text=True, timeout=300
+        crash = {"MEMBERSYNC_CRASH_AT": "after_shard_batch:1"} if shard == 1 and first else {}
+        if shard == 2 and first:  # a run lost before it starts: it never finishes a batch
+            cmd = [sys.executable, "-c", "import time; time.sleep(3600)"]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, env={**env, **crash}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
-        counts = json.loads(done.stdout) if done.returncode == 0 else None
-        launches.append((shard, done.returncode, counts))
-        return done.returncode == 0
+        try:
+            out, _ = await proc.communicate()
+        except asyncio.CancelledError:  # the night gave the shard up
+            proc.kill()
+            await proc.wait()
+            launches.append((shard, "given up", None))
+            raise
+        assert proc.returncode is not None
+        counts = json.loads(out) if proc.returncode == 0 else None
+        launches.append((shard, proc.returncode, counts))
+        return proc.returncode == 0
 
     async def night() -> Any:
         with holding_lock(data_dir) as zone:
@@ -84,7 +96,7 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
             )
 
             async def sharded(run: NightRun, pending: list[str]) -> None:
-                await fan_out(run, pending, SHARDS, launch)
+                await fan_out(run, pending, SHARDS, launch, stall=STALL)
 
             run.fan_out = sharded
             summary = await drive(run, direct_steps(run))
@@ -93,8 +105,16 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
     summary, run_id = asyncio.run(night())
 
     assert summary.status == "committed" and summary.clients == 120
-    # shard 1 was lost after its first batch, launched again: that batch kept, the rest fetched
-    assert sorted((s, rc) for s, rc, _ in launches) == [(0, 0), (1, -9), (1, 0), (2, 0), (3, 0)]
+    # shard 1 was lost after its first batch, launched again: that batch kept, the rest fetched;
+    # shard 2's first run never started working: given up after STALL seconds, launched again
+    assert sorted((s, str(rc)) for s, rc, _ in launches) == [
+        (0, "0"),
+        (1, "-9"),
+        (1, "0"),
+        (2, "0"),
+        (2, "given up"),
+        (3, "0"),
+    ]
     again = next(c for s, rc, c in launches if s == 1 and rc == 0)
     assert again is not None and again["kept"] == 1 and again["batches"] == 2
     # one commit of the night, every client once, the shard area gone

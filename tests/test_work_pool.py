@@ -141,9 +141,10 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-async def kill_a_worker_mid_shard(worker: subprocess.Popen[bytes], tenant: str) -> str:
-    """Wait until ``worker`` runs a shard of ``tenant`` (running a few seconds: it has sent its
-    first heartbeat), then SIGKILL the worker and its flow-run processes at once; the run's name."""
+async def kill_a_worker_mid_shard(workers: list[subprocess.Popen[bytes]], tenant: str) -> str:
+    """Wait until one of ``workers`` runs a shard of ``tenant`` (running a few seconds: it has
+    sent its first heartbeat), then SIGKILL that worker and its flow-run processes at once (a
+    lost machine); the shard run's name. Which worker takes a shard is Prefect's choice."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
@@ -153,19 +154,20 @@ async def kill_a_worker_mid_shard(worker: subprocess.Popen[bytes], tenant: str) 
             runs = await client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["shard", f"tenant:{tenant}"]))
             )
-            mine = descendants(worker.pid)
-            for run in runs:
-                pid = str(run.infrastructure_pid or "").rsplit(":", 1)[-1]
-                running = run.state is not None and run.state.is_running() and run.start_time is not None
-                if running and pid.isdigit() and int(pid) in mine:
-                    assert run.start_time is not None
-                    if (dt.datetime.now(dt.UTC) - run.start_time).total_seconds() >= 4:
-                        for victim in [worker.pid, *mine]:
-                            with contextlib.suppress(ProcessLookupError):
-                                os.kill(victim, signal.SIGKILL)
-                        return str(run.name)
+            for worker in workers:
+                mine = descendants(worker.pid)
+                for run in runs:
+                    pid = str(run.infrastructure_pid or "").rsplit(":", 1)[-1]
+                    running = run.state is not None and run.state.is_running() and run.start_time is not None
+                    if running and pid.isdigit() and int(pid) in mine:
+                        assert run.start_time is not None
+                        if (dt.datetime.now(dt.UTC) - run.start_time).total_seconds() >= 4:
+                            for victim in [worker.pid, *mine]:
+                                with contextlib.suppress(ProcessLookupError):
+                                    os.kill(victim, signal.SIGKILL)
+                            return str(run.name)
             await asyncio.sleep(0.5)
-    raise AssertionError(f"no shard of {tenant} ran on worker {worker.pid}")
+    raise AssertionError(f"no shard of {tenant} ran on a shard worker")
 
 
 def per_second(sb: RunningSandbox) -> tuple[Counter[int], Counter[int]]:
@@ -315,6 +317,7 @@ def test_tenants_on_a_work_pool(
         "PREFECT_WORKER_PREFETCH_SECONDS": "5",
         "MEMBERSYNC_AUDIT_MAX_REQUESTS": "0",
         "MEMBERSYNC_BATCH_SIZE": "10",  # big: 12 batches, 3 a shard
+        "MEMBERSYNC_SHARD_STALL_SECONDS": "90",  # a shard lost where no automation sees it
         "MEMBERSYNC_CACHE_DIR": str(tmp_path / "work"),  # each worker's working dirs (one per tenant)
         **aws_env,
         **creds,
@@ -366,7 +369,7 @@ def test_tenants_on_a_work_pool(
         ]
 
         async def nights_with_a_lost_worker() -> tuple[dict[Any, Any], str]:
-            killed = asyncio.create_task(kill_a_worker_mid_shard(workers[2], "big"))
+            killed = asyncio.create_task(kill_a_worker_mid_shard([workers[2], workers[3]], "big"))
             runs = await wait_runs(ids)
             return runs, await killed
 
@@ -393,9 +396,9 @@ def test_tenants_on_a_work_pool(
         by_shard.setdefault(run.name, []).append(run.state_type.value)
     assert sorted(by_shard) == [f"big-shard-{i}" for i in range(SHARDED["big"])], by_shard
     assert sorted(by_shard[killed_shard]) == ["COMPLETED", "CRASHED"], (killed_shard, by_shard)
-    for name, shard_states in by_shard.items():
-        if name != killed_shard:
-            assert shard_states == ["COMPLETED"], by_shard
+    for shard_states in by_shard.values():  # another shard taken by the killed worker is lost too
+        assert shard_states.count("COMPLETED") == 1, by_shard
+        assert set(shard_states) <= {"COMPLETED", "CRASHED"}, by_shard
 
     # -- exact reports from the bucket; each sandbox's limit held (no 429; per-second counts) ------
     figures = {}

@@ -36,4 +36,10 @@ checks this). The figures and their targets: README.md, "Benchmarks".
   of :mod:`membersync.warehouse.synthetic`::
 
       python -m membersync.flows.benchmarks.build --clients 5000 --night 2 --night 30 --night 90
+
+- :mod:`.work_pool`: many tenants on a Prefect work pool, and one tenant in shards (a real server,
+  workers and one sandbox per tenant): wall time and each tenant's limit held::
+
+      python -m membersync.flows.benchmarks.work_pool tenants --clients 5000 --workers 1 --workers 3
+      python -m membersync.flows.benchmarks.work_pool sharded --clients 20000 --shards 3 --workers 3
 """
