@@ -13,6 +13,9 @@ The points sit at the step boundaries of a night:
 - ``after_commit``: the manifest (the commit) is written, the state is not yet saved
 - ``after_state_saved``: the state is saved, the staging area not yet cleaned
 - ``during_warehouse_build``: the new warehouse file is half built
+
+and one in a shard of a sharded night (:data:`SHARD_POINTS`, ``tests/test_shards.py``):
+
 - ``after_shard_batch``: a shard wrote a batch and its marker to the shard area
 """
 
@@ -31,8 +34,8 @@ POINTS = (
     "after_commit",
     "after_state_saved",
     "during_warehouse_build",
-    "after_shard_batch",
 )
+SHARD_POINTS = ("after_shard_batch",)  # a shard's, never reached by an unsharded night
 _seen: dict[str, int] = {}
 
 
