@@ -240,31 +240,32 @@ def reset_cache_for(state_dir: Path, project_dir: Path) -> None:
     marker.write_text(str(project_dir), encoding="utf-8")
 
 
-def model_yaml(project_dir: Path) -> list[dict[str, Any]]:
-    """Every model's YAML entry (name, description, config.meta, columns), read without dbt."""
+def _layer_documents(project_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every layer YAML file of the project (``<layer>/_*.yml``) with its content."""
     import yaml  # type: ignore[import-untyped]
 
-    out = []
     for path in sorted(project_dir.glob("*/_*.yml")):
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        for model in document.get("models", []):
-            out.append({**model, "_layer": path.parent.name})
-    return out
+        yield path, yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def model_yaml(project_dir: Path) -> list[dict[str, Any]]:
+    """Every model's YAML entry (name, description, config.meta, columns), read without dbt."""
+    return [
+        {**model, "_layer": path.parent.name}
+        for path, document in _layer_documents(project_dir)
+        for model in document.get("models", [])
+    ]
 
 
 def source_models(project_dir: Path, source: str) -> dict[str, str]:
     """Table -> model (``meta.model``) of each table a source declares in the project's YAML."""
-    import yaml  # type: ignore[import-untyped]
-
-    out: dict[str, str] = {}
-    for path in sorted(project_dir.glob("*/_*.yml")):
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        for declared in document.get("sources", []):
-            if declared.get("name") == source:
-                out |= {
-                    str(t["name"]): str((t.get("meta") or {}).get("model", "")) for t in declared["tables"]
-                }
-    return out
+    return {
+        str(table["name"]): str((table.get("meta") or {}).get("model", ""))
+        for _, document in _layer_documents(project_dir)
+        for declared in document.get("sources", [])
+        if declared.get("name") == source
+        for table in declared["tables"]
+    }
 
 
 def sql_path(project_dir: Path, layer: str, name: str) -> Path:
