@@ -33,6 +33,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
@@ -204,9 +205,7 @@ async def launch_shard(tenant: str, plan: ShardPlan, shard: int) -> bool:
     )
     async with get_client() as client:
         try:
-            while flow_run.state is None or not flow_run.state.is_final():
-                await asyncio.sleep(2)
-                flow_run = await client.read_flow_run(flow_run.id)
+            flow_run = (await wait_final(client, [flow_run.id]))[flow_run.id]
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await client.set_flow_run_state(
@@ -215,7 +214,20 @@ async def launch_shard(tenant: str, plan: ShardPlan, shard: int) -> bool:
             raise
     state = flow_run.state
     log.info("tenant %s: shard %d run %s ended %s", tenant, shard, flow_run.name, state.type.value)
-    return state.is_completed()
+    return bool(state.is_completed())
+
+
+async def wait_final(client: Any, ids: list[Any], timeout: float | None = None) -> dict[Any, Any]:
+    """The flow runs ``ids`` (id -> run) once all are in a final state, read every 2 s through
+    ``client`` (Prefect's); after ``timeout`` seconds, as they stand."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        runs = {i: await client.read_flow_run(i) for i in ids}
+        if all(r.state is not None and r.state.is_final() for r in runs.values()):
+            return runs
+        if deadline is not None and time.monotonic() > deadline:
+            return runs
+        await asyncio.sleep(2)
 
 
 @flow(name=FLOW_NAME, flow_run_name="{tenant}", persist_result=False, log_prints=False)

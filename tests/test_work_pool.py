@@ -39,6 +39,7 @@ from membersync.flows.tenant_flow import (
     bucket_size,
     chunk_for,
     rate_limit_name,
+    wait_final,
 )
 from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.paths import DataDir
@@ -184,15 +185,8 @@ def busy_rate(passed: Counter[int]) -> float:
 async def wait_runs(ids: list[Any]) -> dict[Any, Any]:
     from prefect.client.orchestration import get_client
 
-    deadline = time.monotonic() + DEADLINE
     async with get_client() as client:
-        while True:
-            runs = {i: await client.read_flow_run(i) for i in ids}
-            if all(r.state is not None and r.state.is_final() for r in runs.values()):
-                return runs
-            if time.monotonic() > deadline:
-                return runs
-            await asyncio.sleep(2)
+        return await wait_final(client, ids, DEADLINE)
 
 
 async def read_shard_runs(tenant: str) -> list[Any]:

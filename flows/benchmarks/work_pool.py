@@ -34,7 +34,7 @@ from typing import Any
 
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
 from membersync.flows.schedule import free_port, server_env, wait_healthy
-from membersync.flows.tenant_flow import FLOW_NAME
+from membersync.flows.tenant_flow import FLOW_NAME, wait_final
 
 BIN = Path(sys.executable).parent
 POOL = "bench-pool"
@@ -103,15 +103,11 @@ def tenants_toml(sandboxes: dict[str, RunningSandbox], data: Path, rate: float, 
 async def _wait(ids: list[Any]) -> dict[Any, Any]:
     from prefect.client.orchestration import get_client
 
-    deadline = time.monotonic() + DEADLINE
     async with get_client() as client:
-        while True:
-            runs = {i: await client.read_flow_run(i) for i in ids}
-            if all(r.state is not None and r.state.is_final() for r in runs.values()):
-                return runs
-            if time.monotonic() > deadline:
-                raise TimeoutError("the nights did not end within the deadline")
-            await asyncio.sleep(2)
+        runs = await wait_final(client, ids, DEADLINE)
+    if not all(r.state is not None and r.state.is_final() for r in runs.values()):
+        raise TimeoutError("the nights did not end within the deadline")
+    return runs
 
 
 def run_configuration(
