@@ -53,6 +53,10 @@ ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate
 ACCEPT_MIN_SPAN = 0.5  # an estimate needs this many seconds of sending ...
 ACCEPT_MIN_COUNT = 10  # ... and this many accepted answers
+# Isolated 429s (jitter at a small bucket) cost nothing but a pause while they stay under this
+# share of the answers of the last TALLY_SECONDS; above it, each steps the pace back a little.
+REFUSALS_TOLERATED = 0.005
+TALLY_SECONDS = 10
 SHARED_PAUSE_FULL = 2.0  # seconds: a longer Retry-After pauses every request for all of it
 MIN_PAUSE = 0.05  # seconds: the shortest shared pause (Retry-After: 0 never makes us spin)
 MIN_RATE = 1.0  # req/s; never slower than this

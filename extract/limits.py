@@ -40,14 +40,18 @@ class RateLimiter:
     """Client-side rate (req/s): found from what the server accepts, paced smoothly.
 
     * **Pacing** (GCRA): one request every ``1/rate`` s. Before the first 429 a request may
-      leave one interval early (timer jitter); after it, none: a server whose bucket holds a
-      single token refuses any two requests closer than its interval.
+      leave one interval early (timer jitter), and one woken late keeps the schedule (the next
+      leaves on time); after an isolated 429 at our pace, neither: a server whose bucket holds
+      a single token refuses any two requests closer than its interval.
     * **Finding the limit**: unlimited (or the explicit cap, or the rate a previous night
       found: ``initial``) until the first 429. On a 429 the server's rate is estimated from
       what it *accepted* over the last seconds of sending (pauses excluded), the lower of that
       and the rate we were sending at: we were above the limit, so the accepted rate is the
       limit (plus what its bucket held). The pace drops to ``ceiling x (1 - RATE_MARGIN)``,
-      once per 429 episode, not halved on every 429.
+      once per 429 episode, not halved on every 429. An *isolated* 429 (one in the last
+      second, or under ``SUSTAINED_REFUSALS`` of its answers) is jitter at a small bucket, not
+      the pace: while such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS``
+      they cost only the pause, above it each is a small step back.
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       doubles every second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
@@ -84,6 +88,10 @@ class RateLimiter:
         start = initial * (1 - constants.RATE_MARGIN) if initial and adaptive else None
         self.rate: float | None = self._capped(start) if start else cap  # None = unlimited
         self._early = constants.RATE_BURST  # intervals a request may leave early (0 after a 429)
+        # How far behind its schedule a late request may still take its slot (catching up keeps
+        # the pace through the loop's late wake-ups). 0 after an isolated refusal: the
+        # server's bucket is too small for two requests closer than an interval.
+        self._catch_up = 1.0
         self._tat = 0.0  # theoretical arrival time of the next request (GCRA)
         self._queue = asyncio.Lock()  # FIFO: the requests waiting for their slot
         self.cooldown_until = 0.0
@@ -96,6 +104,8 @@ class RateLimiter:
         self._pauses: deque[tuple[float, float]] = deque()
         self._refused: deque[float] = deque()
         self._first_answer: float | None = None
+        # [second, answers, refusals] over the last TALLY_SECONDS: the share of 429s a night draws
+        self._tally: deque[list[int]] = deque()
         # Successes per second over THROUGHPUT_WINDOW: is the rate what holds us back?
         self._window_start: float | None = None
         self._window_count = 0
@@ -130,8 +140,10 @@ class RateLimiter:
                     return
                 interval = 1.0 / rate
                 # Keep the schedule through a late wake-up (the loop's timer is ~1 ms late): a
-                # slot up to one interval old is still granted, so the pace stays the rate.
-                tat = self._tat if self._tat > now - interval else now
+                # slot up to one interval old is still granted, so the pace stays the rate. At a
+                # small bucket that catching up is what draws 429s: then a late request moves
+                # the schedule, and the probe makes up the pace the late wake-ups cost.
+                tat = self._tat if self._tat > now - self._catch_up * interval else now
                 go = tat - self._early * interval
                 if go <= now:
                     self._tat = tat + interval
@@ -143,6 +155,7 @@ class RateLimiter:
     def on_success(self, now: float) -> None:
         """A successful answer at ``now``: counts for the estimate, and may grow the rate."""
         self._count_accepted(now)
+        self._tally_answer(now, refused=0)
         start = self._window_start
         if start is None:
             self._window_start, self._window_count = now, 1
@@ -177,23 +190,30 @@ class RateLimiter:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
         self._refused.append(now)
+        self._tally_answer(now, refused=1)
         accepted = self._accepted_rate(now)
-        refused_share = self._refused_share(now)
+        isolated = self.rate is not None and self._isolated_refusal(now)  # paced, yet refused
         self._pause(now, self._shared_pause(retry_after))
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
-        if self.announced is not None and accepted is not None and refused_share < SUSTAINED_REFUSALS:
-            # An isolated refusal at the pace the server announced (jitter at a small bucket):
-            # its word stands, the pause above is all.
-            return False
+        if isolated:
+            # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
+            # end, timer jitter, a moment of low demand then a burst), not a pace above its
+            # limit, which refuses a steady share. At a bucket that small no two requests leave
+            # closer than the interval from now on.
+            self._catch_up = self._early = 0.0
+            rare = self._tally_refused_share() < constants.REFUSALS_TOLERATED
+            if accepted is not None and (self.announced is not None or rare):
+                # At the pace the server announced, its word stands; and while such refusals stay
+                # rare, stepping back on each would only sink the pace, night-long: the pause
+                # above is all.
+                return False
         self._last_decrease = now
         self._early = 0.0
         self._last_grow = now
         self.decreases += 1
-        if accepted is not None and self.rate is not None and refused_share < SUSTAINED_REFUSALS:
-            # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
-            # end, timer jitter, a moment of low demand then a burst), not a pace above its
-            # limit, which refuses a steady share. A small step back; the estimate stays.
+        if accepted is not None and self.rate is not None and isolated:
+            # Isolated refusals, but more than a few: a small step back; the estimate stays.
             self.rate = self._capped(self.rate * (1 - constants.RATE_MARGIN / 2))
             return True
         if accepted is not None:
@@ -278,13 +298,35 @@ class RateLimiter:
             return None
         return (len(accepted) - 1) / span
 
-    def _refused_share(self, now: float) -> float:
-        """Share of the answers of the last ACCEPT_WINDOW s that were 429s."""
+    def _tally_answer(self, now: float, refused: int) -> None:
+        second, tally = int(now), self._tally
+        if not tally or tally[-1][0] != second:
+            tally.append([second, 0, 0])
+            while tally[0][0] <= second - constants.TALLY_SECONDS:
+                tally.popleft()
+        entry = tally[-1]
+        entry[1] += 1
+        entry[2] += refused
+
+    def _tally_refused_share(self) -> float:
+        """Share of the answers of the last TALLY_SECONDS that were 429s."""
+        answers = sum(entry[1] for entry in self._tally)
+        return sum(entry[2] for entry in self._tally) / answers if answers else 1.0
+
+    def _isolated_refusal(self, now: float) -> bool:
+        """Was the 429 just counted a lone one (jitter at a small bucket), not a pace above the limit?
+
+        Above the limit a steady share of the answers is refused; one refusal in the last
+        ACCEPT_WINDOW s, or a share under SUSTAINED_REFUSALS, is not that (at 20 req/s one 429
+        among 20 answers is 5 %, yet says nothing of the pace).
+        """
         refused, horizon = self._refused, now - constants.ACCEPT_WINDOW
         while refused and refused[0] < horizon:
             refused.popleft()
         total = len(refused) + len(self._accepted)
-        return len(refused) / total if total else 1.0
+        if not self._accepted:
+            return False
+        return len(refused) <= 1 or len(refused) / total < SUSTAINED_REFUSALS
 
     def _rough_rate(self, now: float) -> float:
         """What we achieved since the first answer, however little we know (for a first cut)."""

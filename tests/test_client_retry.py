@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import logging
 import socket
 import traceback
@@ -654,6 +655,83 @@ def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() ->
     assert announced.rate == pace and announced.cooldown_until > t.now and announced.decreases == 0
     assert pace is not None
     assert guessed.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2))
+
+
+def test_case_a_lone_429_at_a_one_token_bucket_stops_the_pace_catching_up() -> None:
+    """A bucket of one token refuses two requests closer than its interval. Pacing that catches
+    up after a late wake-up sends exactly such a pair; after a lone 429 it no longer does, and
+    the lone 429 among the few answers of a slow rate (1 of 20 = 5 %) is not taken for a pace
+    above the limit (which would lower the estimate to what we sent, night after night)."""
+
+    class LateTime(FakeTime):
+        async def sleep(self, seconds: float) -> None:  # every third wake-up is 40 % late
+            await super().sleep(seconds)
+            if len(self.sleeps) % 3 == 0:
+                self.now += 0.4 * seconds
+
+    t = LateTime()
+    limiter = RateLimiter(cap=None, initial=20.0, clock=t.clock, sleep=t.sleep)
+    limiter._early = 0.0  # (as after any 429: no slot taken early)
+    ceiling = limiter.ceiling
+
+    async def gaps(count: int) -> list[float]:
+        sent: list[float] = []
+        for _ in range(count):
+            await limiter.wait_turn()
+            sent.append(t.now)
+            limiter.on_success(t.now)
+        return [b - a for a, b in itertools.pairwise(sent)]
+
+    interval = 1 / limiter.rate
+    before = run(gaps(40))
+    assert min(before) < 0.7 * interval  # caught up: a pair closer than the interval
+    pace = limiter.rate
+    assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0) is True
+    assert limiter.ceiling == ceiling  # the estimate stands: a small step back only
+    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2))
+    after = run(gaps(40))
+    assert min(after) >= 0.999 / limiter.rate  # never closer than the interval again
+
+
+def test_case_rare_lone_429s_cost_a_pause_and_frequent_ones_a_step_back() -> None:
+    """A small bucket refuses now and then whatever the pace (arrival jitter). Stepping back on
+    each such 429 sinks the pace night-long (68 % of the limit at burst 5, measured): under
+    REFUSALS_TOLERATED of the last TALLY_SECONDS they only pause; above it, each steps back."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=100.0, clock=t.clock, sleep=t.sleep)
+    pace = limiter.rate
+    assert pace is not None
+
+    def answers(count: int) -> None:
+        for _ in range(count):
+            limiter.on_success(t.now)
+            t.now += 0.01
+
+    answers(1000)  # 10 s at 100/s, every answer accepted
+    pace = limiter.rate
+    assert limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0) is False  # 1 in 1,001
+    assert limiter.rate == pace and limiter.decreases == 0 and limiter.cooldown_until > t.now
+    cuts = 0
+    for _ in range(10):  # then one 429 in every 50 answers (2 %): isolated, but not rare
+        t.now = limiter.cooldown_until
+        answers(50)
+        cuts += limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
+    assert cuts >= 5 and limiter.rate < pace * 0.97  # (the probe grows it a little in between)
+    assert limiter.ceiling == pytest.approx(100.0, rel=0.05)  # isolated: the estimate stands
+
+
+def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
+    """Above the limit, a steady share is refused: that is the pace, not jitter."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=100.0, clock=t.clock, sleep=t.sleep)
+    for i in range(300):  # 3 s sending at 98/s, the server takes 60/s and refuses the rest
+        if i % 5 in (0, 1):
+            limiter._refused.append(t.now)
+        else:
+            limiter.on_success(t.now)
+        t.now += 1 / 98
+    assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0) is True
+    assert limiter.ceiling == pytest.approx(60.0, rel=0.1)
 
 
 def test_explicit_rate_cap_is_never_exceeded() -> None:
