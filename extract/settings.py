@@ -186,7 +186,7 @@ class Settings(BaseSettings):
     # -- the warehouse and its readers
     data_dir: Text = None  # a local path or s3://bucket/prefix (warehouse/paths.py)
     cache_dir: Text = None  # the local working dir of an s3:// data location
-    shard_stall_seconds: Seconds = 600.0  # a shard that finishes no batch this long is run again
+    shard_stall_seconds: Seconds = 600.0  # a shard with no beat nor batch this long is run again
     dbt_threads: Annotated[int, Field(ge=1)] = 2  # measured: 4 gives the same time, x1.3 the memory
     stale_after_hours: Seconds = 36.0
     notify: SecretStr | None = None  # Apprise URLs (flows/notify.py)

@@ -294,6 +294,7 @@ class NightRun:
         # How the pending batches are fetched when not here, batch by batch: a large tenant's
         # night fans out to shards on a work pool (flows/shards.py, set by flows/tenant_flow.py).
         self.fan_out: Callable[[NightRun, list[str]], Awaitable[None]] | None = None
+        self.shard_stats: dict[str, int] = {}  # what the shards asked of the service (summed)
         self.window: B.Window | None = None
         self.previous_watermark: str | None = None
         self.healed: list[str] = []  # clients the self-audit had synced tonight (heal=now)
@@ -586,12 +587,13 @@ class NightRun:
         self.summary.cpu_s = time.process_time() - self._cpu_started
         if self.client is not None:
             stats = self.client.stats
-            self.summary.requests = int(stats.requests)
-            self.summary.retries = int(stats.retries)
-            self.summary.status_429 = int(stats.status_429)
-            self.summary.errors = int(stats.errors)
+            shards = self.shard_stats  # a sharded night: what its shards asked too
+            self.summary.requests = int(stats.requests) + shards.get("requests", 0)
+            self.summary.retries = int(stats.retries) + shards.get("retries", 0)
+            self.summary.status_429 = int(stats.status_429) + shards.get("status_429", 0)
+            self.summary.errors = int(stats.errors) + shards.get("errors", 0)
             self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
-            self.summary.bytes_received = int(stats.bytes)
+            self.summary.bytes_received = int(stats.bytes) + shards.get("bytes_received", 0)
 
 
 def remembered_rate(data_dir: DataDir) -> float | None:

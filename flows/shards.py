@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
@@ -38,9 +39,15 @@ log = logging.getLogger(__name__)
 
 SHARD_ATTEMPTS = 3  # launches of one shard before the night fails
 PROGRESS_POLL = 5.0  # seconds between looks at the shard area while a shard runs
+SHARD_BEAT = 5.0  # seconds between a running shard's beats (its proof of life in the area)
 
-# launch(plan, shard) -> whether the shard's run completed (False: failed, crashed, cancelled)
-Launch = Callable[[ShardPlan, int], Coroutine[Any, Any, bool]]
+# Before its run starts (a worker took it and its process runs), a launch may wait this many
+# times the stall for a worker: runs queue when workers are busy, or their server is slow.
+START_PATIENCE = 3
+
+# launch(plan, shard, started) -> whether the shard's run completed (False: failed, crashed,
+# cancelled); the launcher sets ``started`` once its run is running.
+Launch = Callable[[ShardPlan, int, asyncio.Event], Coroutine[Any, Any, bool]]
 
 
 class ShardFailed(RuntimeError):
@@ -78,9 +85,11 @@ def window_of(plan: ShardPlan) -> B.Window:
 async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, stall: float) -> None:
     """Fetch ``pending`` batches through shards, then stage them in ``run``'s night.
 
-    A launched shard that finishes no batch for ``stall`` seconds is given up (its launch is
-    cancelled: the launcher marks its run ``Crashed``) and launched again: a run lost before its
-    first heartbeat, or whose heartbeats the server never recorded, is not left waited on."""
+    A running shard beats in the area every :data:`SHARD_BEAT` s. A launch whose run shows no
+    life (no beat, no finished batch) for ``stall`` seconds once it runs, or that does not start
+    within :data:`START_PATIENCE` x ``stall``, is given up (its launch is cancelled: the launcher
+    marks its run ``Crashed``) and launched again: a run lost before it started is not waited on
+    forever. A run Prefect calls ended while its shard still beats is waited for."""
     area = ShardArea(run.data_dir, run.night_date, run.night.run_id)
     plan = plan_for(run, pending, shards)
     await asyncio.to_thread(area.write_plan, plan)
@@ -106,22 +115,36 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, sta
                     "night %s: shard %d (launch %d) did not complete", run.night_date, shard, attempts[shard]
                 )
 
-    async def finished(shard: int) -> int:
-        return len(set(plan.batches_of(shard)) & await asyncio.to_thread(area.done_batches))
+    async def progress(shard: int) -> tuple[int, int]:
+        done = len(set(plan.batches_of(shard)) & await asyncio.to_thread(area.done_batches))
+        return done, await asyncio.to_thread(area.beats, shard)
 
     async def watched(shard: int) -> bool:
-        launched: asyncio.Task[bool] = asyncio.create_task(launch(plan, shard))
-        seen, since = await finished(shard), time.monotonic()
+        started = asyncio.Event()
+        launched: asyncio.Task[bool] = asyncio.create_task(launch(plan, shard, started))
+        seen, since, running = await progress(shard), time.monotonic(), False
         while True:
-            await asyncio.wait({launched}, timeout=PROGRESS_POLL)
             if launched.done():
-                return launched.result()
-            now_finished = await finished(shard)
-            if now_finished > seen:
-                seen, since = now_finished, time.monotonic()
-            elif time.monotonic() - since > stall:
-                night = run.night_date
-                log.warning("night %s: shard %d finished no batch for %.0f s; given up", night, shard, stall)
+                await asyncio.sleep(PROGRESS_POLL)
+            else:
+                await asyncio.wait({launched}, timeout=PROGRESS_POLL)
+            now_seen = await progress(shard)
+            if now_seen != seen or (started.is_set() and not running):
+                seen, since, running = now_seen, time.monotonic(), started.is_set()
+            quiet = time.monotonic() - since
+            if launched.done():
+                if launched.result():
+                    return True
+                # Prefect says the run ended, but its shard still beats (a busy server lost its
+                # heartbeats and a zombie rule marked it Crashed): wait for it rather than
+                # fetch its batches twice at once.
+                if quiet < 3 * SHARD_BEAT:
+                    continue
+                return False
+            limit = stall if running else START_PATIENCE * stall
+            if quiet > limit:
+                night, what = run.night_date, "showed no life" if running else "did not start"
+                log.warning("night %s: shard %d %s for %.0f s; given up", night, shard, what, limit)
                 launched.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await launched
@@ -131,6 +154,7 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, sta
         for shard in plan.shards:
             group.create_task(until_done(shard))
     await asyncio.to_thread(collect, run, plan, area)
+    run.shard_stats = await asyncio.to_thread(area.launch_stats)
     await asyncio.to_thread(area.remove)
 
 
@@ -165,8 +189,28 @@ async def land_shard(
     window = window_of(plan)
     affiliated = frozenset(plan.affiliated)
     slots = asyncio.Semaphore(batches_in_flight)
+    launch = uuid.uuid4().hex[:12]
+    beat = 0
 
     async with ServiceClient.from_settings(settings, client_options) as client:
+
+        async def record() -> None:
+            nonlocal beat
+            beat += 1
+            stats = client.stats
+            totals = {
+                "requests": stats.requests,
+                "retries": stats.retries,
+                "status_429": stats.status_429,
+                "errors": stats.errors,
+                "bytes_received": stats.bytes,
+            }
+            await asyncio.to_thread(plan_area.write_launch_stats, shard, launch, beat, totals)
+
+        async def beating() -> None:  # proof of life for the night's watchdog, every SHARD_BEAT s
+            while True:
+                await record()
+                await asyncio.sleep(SHARD_BEAT)
 
         async def one(batch_id: str) -> None:
             batch = B.Batch(batch_id, tuple(plan.batches[batch_id]))
@@ -177,10 +221,18 @@ async def land_shard(
                 await asyncio.to_thread(
                     plan_area.write_batch, batch_id, typed.tables, typed.quarantine_table, clients
                 )
+                await record()
 
-        async with asyncio.TaskGroup() as group:
-            for batch_id in todo:
-                group.create_task(one(batch_id))
+        beater = asyncio.create_task(beating())
+        try:
+            async with asyncio.TaskGroup() as group:
+                for batch_id in todo:
+                    group.create_task(one(batch_id))
+        finally:
+            beater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beater
+        await record()
         requests = int(client.stats.requests)
     log.info(
         "night %s shard %d: %d batches fetched, %d kept from an earlier launch, %d requests",

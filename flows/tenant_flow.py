@@ -190,39 +190,66 @@ def tenant_options(found: Tenant, config: Settings, shared: bool) -> tuple[Any, 
     return replace(options, client_options=client_options), gate
 
 
-async def launch_shard(tenant: str, plan: ShardPlan, shard: int) -> bool:
+async def launch_shard(tenant: str, plan: ShardPlan, shard: int, started: asyncio.Event) -> bool:
     """Run shard ``shard`` of ``plan`` as a run of the tenant's shard deployment (any worker of
-    the pool) and wait for it; whether it completed. Cancelled (the night gave the shard up),
-    it marks the run ``Crashed`` so that the UI says what happened and no worker starts it late."""
+    the pool) and wait for it, setting ``started`` once it runs; whether it completed. Cancelled
+    (the night gave the shard up), it marks the run ``Crashed`` so that the UI says what happened
+    and no worker starts it late."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import arun_deployment
-    from prefect.states import Crashed
 
     flow_run = await arun_deployment(
         f"{SHARD_FLOW_NAME}/{tenant}",
         parameters={"tenant": tenant, "night": plan.night.isoformat(), "run_id": plan.run_id, "shard": shard},
         timeout=0,
     )
+
+    def seen(runs: dict[Any, Any]) -> None:
+        state = runs[flow_run.id].state
+        if state is not None and (state.is_running() or state.is_final()):
+            started.set()
+
     async with get_client() as client:
         try:
-            flow_run = (await wait_final(client, [flow_run.id]))[flow_run.id]
+            flow_run = (await wait_final(client, [flow_run.id], on_read=seen))[flow_run.id]
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await client.set_flow_run_state(
-                    flow_run.id, Crashed(message="the night gave this shard up (no progress)"), force=True
-                )
+            await _mark_given_up(client, flow_run.id, f"{tenant} shard {shard}")
             raise
     state = flow_run.state
     log.info("tenant %s: shard %d run %s ended %s", tenant, shard, flow_run.name, state.type.value)
     return bool(state.is_completed())
 
 
-async def wait_final(client: Any, ids: list[Any], timeout: float | None = None) -> dict[Any, Any]:
+async def _mark_given_up(client: Any, flow_run_id: Any, what: str, tries: int = 3) -> None:
+    """Mark a given-up shard run ``Crashed`` (a busy server may refuse for a while: try again)."""
+    from prefect.states import Crashed
+
+    for attempt in range(1, tries + 1):
+        try:
+            await client.set_flow_run_state(
+                flow_run_id, Crashed(message="the night gave this shard up (no progress)"), force=True
+            )
+            return
+        except Exception as exc:  # the server's trouble must not hide the shard's own outcome
+            if attempt == tries:
+                log.warning("%s: could not mark the given-up run Crashed (%s)", what, type(exc).__name__)
+            else:
+                await asyncio.sleep(2)
+
+
+async def wait_final(
+    client: Any,
+    ids: list[Any],
+    timeout: float | None = None,
+    on_read: Callable[[dict[Any, Any]], None] | None = None,
+) -> dict[Any, Any]:
     """The flow runs ``ids`` (id -> run) once all are in a final state, read every 2 s through
-    ``client`` (Prefect's); after ``timeout`` seconds, as they stand."""
+    ``client`` (Prefect's; ``on_read`` sees each reading); after ``timeout`` seconds, as they stand."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         runs = {i: await client.read_flow_run(i) for i in ids}
+        if on_read is not None:
+            on_read(runs)
         if all(r.state is not None and r.state.is_final() for r in runs.values()):
             return runs
         if deadline is not None and time.monotonic() > deadline:

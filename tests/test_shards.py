@@ -5,10 +5,11 @@ dir's lock) in this process; every shard a real process (``tests/shard_worker.py
 run does on a worker); the data location on local disk or on moto's S3 server. The first launch
 of one shard is killed (SIGKILL, crash point ``after_shard_batch``) after its first batch, as a
 lost worker: the night launches it again, the finished batch is kept, the night commits once and
-every report equals the sandbox's truth. The first launch of another shard never starts working:
-after ``STALL`` seconds without a finished batch the night gives it up (kills it) and launches it
-again. The work-pool test (``tests/test_work_pool.py``) runs
-the same through a Prefect server and workers.
+every report equals the sandbox's truth. The first launch of another shard hangs: after ``STALL``
+seconds without a beat or a finished batch the night gives it up (kills it) and launches it again.
+The first launch of a third is reported crashed while its process works on (as when a busy
+Prefect server drops heartbeats): the night waits for its beats to stop, and launches it only once.
+The work-pool test (``tests/test_work_pool.py``) runs the same through a Prefect server and workers.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from truth import assert_night_exact
 NIGHT = dt.date.today()
 WORKER = Path(__file__).with_name("shard_worker.py")
 SHARDS = 4
-STALL = 20.0  # seconds without a finished batch before a shard is given up
+STALL = 20.0  # seconds without a beat or a finished batch before a running shard is given up
 
 
 def test_batches_are_cut_into_contiguous_client_ranges() -> None:
@@ -63,13 +64,20 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
     config = Settings.load(env)
     data_dir = DataDir.from_settings(config)
     launches: list[tuple[int, int | str, dict[str, Any] | None]] = []  # shard, exit code, counts
+    running: list[asyncio.subprocess.Process] = []  # shards whose launch returned, still at work
 
-    async def launch(plan: ShardPlan, shard: int) -> bool:
+    async def launch(plan: ShardPlan, shard: int, started: asyncio.Event) -> bool:
+        started.set()  # (its process starts at once: the watchdog counts from now)
         first = not any(s == shard for s, _, _ in launches)
         cmd = [sys.executable, str(WORKER), str(shard), plan.night.isoformat(), plan.run_id]
         crash = {"MEMBERSYNC_CRASH_AT": "after_shard_batch:1"} if shard == 1 and first else {}
-        if shard == 2 and first:  # a run lost before it starts: it never finishes a batch
+        if shard == 2 and first:  # a run that hangs: it never beats nor finishes a batch
             cmd = [sys.executable, "-c", "import time; time.sleep(3600)"]
+        if shard == 3 and first:  # Prefect calls the run Crashed (heartbeats lost) while it works
+            unread = asyncio.subprocess.DEVNULL  # (nobody reads its pipes)
+            running.append(await asyncio.create_subprocess_exec(*cmd, env=env, stdout=unread, stderr=unread))
+            launches.append((shard, "reported crashed", None))
+            return False
         proc = await asyncio.create_subprocess_exec(
             *cmd, env={**env, **crash}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
@@ -100,21 +108,28 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
 
             run.fan_out = sharded
             summary = await drive(run, direct_steps(run))
-            return summary, run.night.run_id
+            codes = [await proc.wait() for proc in running]
+            return summary, run.night.run_id, codes
 
-    summary, run_id = asyncio.run(night())
+    summary, run_id, codes = asyncio.run(night())
 
     assert summary.status == "committed" and summary.clients == 120
+    # the night's requests include its shards' (the lost launches' up to their last batch)
+    shard_requests = sum(c["requests"] for _, rc, c in launches if c is not None)
+    served = sandbox.stats.requests
+    assert shard_requests < summary.requests <= served, (shard_requests, summary.requests, served)
     # shard 1 was lost after its first batch, launched again: that batch kept, the rest fetched;
-    # shard 2's first run never started working: given up after STALL seconds, launched again
+    # shard 2's first run hung: given up after STALL seconds, launched again;
+    # shard 3's run was reported crashed while it kept beating: waited for, never launched twice
     assert sorted((s, str(rc)) for s, rc, _ in launches) == [
         (0, "0"),
         (1, "-9"),
         (1, "0"),
         (2, "0"),
         (2, "given up"),
-        (3, "0"),
+        (3, "reported crashed"),
     ]
+    assert codes == [0]  # shard 3's process finished its batches on its own
     again = next(c for s, rc, c in launches if s == 1 and rc == 0)
     assert again is not None and again["kept"] == 1 and again["batches"] == 2
     # one commit of the night, every client once, the shard area gone

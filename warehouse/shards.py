@@ -12,6 +12,8 @@ where the data does, so shards on other machines reach it::
                                          what fetching needs (window, stores, affiliated packages)
         batches/<batch>/<table>.parquet  a shard's batch, every table (written first)
         batches/<batch>.done             its marker: tables, rows, the clients' digest (last)
+        stats/<shard>-<launch>.json      a shard launch's beat (raised every few seconds while it
+                                         lives) and its requests, retries, 429s, errors, bytes
 
 ``<data location>`` is the data dir on local (or shared) disk, or the ``s3://`` prefix. Every
 object is written whole (an atomic rename on disk, one PUT on S3) and the marker after the
@@ -106,6 +108,10 @@ class ShardPlan:
             raise ShardAreaError(f"{where}: not a shard plan ({type(exc).__name__}: {exc})") from None
 
 
+# What a shard launch records of its requests (ClientStats' names, as RunSummary counts them).
+LAUNCH_STATS = ("requests", "retries", "status_429", "errors", "bytes_received")
+
+
 def assign(batch_ids: Sequence[str], shards: int) -> dict[str, int]:
     """Batch id -> shard: contiguous runs of the sorted ids (client ranges), as even as can be."""
     ordered = sorted(batch_ids)
@@ -189,6 +195,41 @@ class ShardArea:
         }
         self._put(f"batches/{batch_id}.done", json.dumps(marker, sort_keys=True).encode())
         crashpoint("after_shard_batch")
+
+    # -- each launch: proof of life, and what it asked of the service ------------------------------
+
+    def write_launch_stats(self, shard: int, launch: str, beat: int, stats: Mapping[str, int]) -> None:
+        """A launch's running totals and its ``beat`` (a count it raises every few seconds while
+        alive, whatever Prefect's server records): the night's summary counts the requests, the
+        night's watchdog watches the beat."""
+        body = {"shard": shard, "beat": beat, **{k: int(stats.get(k, 0)) for k in LAUNCH_STATS}}
+        self._put(f"stats/{shard}-{launch}.json", json.dumps(body, sort_keys=True).encode())
+
+    def _launches(self) -> list[dict[str, Any]]:
+        found = []
+        for name in self._names("stats"):
+            data = self._get(f"stats/{name}")
+            try:
+                body = json.loads(data) if data is not None else None
+            except ValueError:
+                continue
+            if isinstance(body, dict) and isinstance(body.get("shard"), int):
+                found.append(body)
+        return found
+
+    def beats(self, shard: int) -> int:
+        """The beats of every launch of ``shard`` (it grows while one is alive)."""
+        mine = [b.get("beat") for b in self._launches() if b["shard"] == shard]
+        return sum(beat for beat in mine if isinstance(beat, int))
+
+    def launch_stats(self) -> dict[str, int]:
+        """Every launch's totals, summed (a malformed file counts nothing)."""
+        total = dict.fromkeys(LAUNCH_STATS, 0)
+        for body in self._launches():
+            for key in LAUNCH_STATS:
+                value = body.get(key)
+                total[key] += value if isinstance(value, int) else 0
+        return total
 
     def done_batches(self) -> set[str]:
         return {n.removesuffix(".done") for n in self._names("batches") if n.endswith(".done")}
