@@ -124,18 +124,23 @@ def wait_for_completed_run(api_url: str, timeout: float, alive: Callable[[], boo
     raise AssertionError(f"no completed flow run on {api_url} within {timeout:.0f} s")
 
 
-def wait_for_texts(page: Any, texts: list[str], timeout: float) -> str:
-    """Poll the page's visible text until every one of ``texts`` is in it; return that text."""
+def wait_for_texts(page: Any, texts: list[str], timeout: float, patterns: tuple[str, ...] = ()) -> str:
+    """Poll the page's visible text until every one of ``texts`` is in it and every regular
+    expression of ``patterns`` matches it (the UI fills a list's details in after the list
+    itself); return that text."""
     deadline = time.monotonic() + timeout
     body = ""
+
+    def missing() -> list[str]:
+        return [t for t in texts if t not in body] + [p for p in patterns if not re.search(p, body)]
+
     while time.monotonic() < deadline:
         body = page.inner_text("body")
         assert UNREACHABLE_API not in body, f"the UI at {page.url} cannot reach its API:\n{body[:1000]}"
-        if all(t in body for t in texts):
+        if not missing():
             return body
         time.sleep(0.5)
-    missing = [t for t in texts if t not in body]
-    raise AssertionError(f"{page.url} never showed {missing} within {timeout:.0f} s:\n{body[:2000]}")
+    raise AssertionError(f"{page.url} never showed {missing()} within {timeout:.0f} s:\n{body[:2000]}")
 
 
 @pytest.mark.slow
@@ -163,9 +168,9 @@ def test_serve_ui_shows_the_deployment_a_completed_run_and_its_artifact(
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1300})  # room for the runs list
                 page.goto(f"{ui}/runs")
-                runs = wait_for_texts(page, [FLOW, "Completed"], 60)
+                # the completed run's row names its deployment (filled in after the row appears)
+                wait_for_texts(page, [FLOW, "Completed"], 60, patterns=(rf"Deployment\s+{DEPLOYMENT}\b",))
                 page.screenshot(path=tmp_path / "serve-ui-runs.png")
-                assert re.search(rf"Deployment\s+{DEPLOYMENT}\b", runs), runs[:2000]
                 page.goto(f"{ui}/artifacts")
                 wait_for_texts(page, [ARTIFACT], 60)
                 page.screenshot(path=tmp_path / "serve-ui-artifacts.png")
