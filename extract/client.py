@@ -605,8 +605,10 @@ class ServiceClient:
         if status == 429:
             self.stats.status_429 += 1
             self._read_announcement(headers)
-            self.rate.on_rate_limited(started, retry_after)
-            self.concurrency.on_rate_limited(started, now)
+            # Fewer in flight only when the pace was above the limit: a lone 429 at a small
+            # bucket (jitter) says nothing of how many requests the server can hold at once.
+            if self.rate.on_rate_limited(started, retry_after):
+                self.concurrency.on_rate_limited(started, now)
         secrets = _secret_values(body) if body else ()
         error = status_error(prep.endpoint.name, status, data, retry_after=retry_after, secrets=secrets)
         if retry_after is not None and not isinstance(error, RateLimitedError):

@@ -192,7 +192,9 @@ class RateLimiter:
         self._refused.append(now)
         self._tally_answer(now, refused=1)
         accepted = self._accepted_rate(now)
-        isolated = self.rate is not None and self._isolated_refusal(now)  # paced, yet refused
+        # Paced at an estimate, yet refused. (In the slow start, before any estimate, the first
+        # 429 is the limit found, not jitter.)
+        isolated = self.ceiling is not None and self.rate is not None and self._isolated_refusal(now)
         self._pause(now, self._shared_pause(retry_after))
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
@@ -217,8 +219,13 @@ class RateLimiter:
             self.rate = self._capped(self.rate * (1 - constants.RATE_MARGIN / 2))
             return True
         if accepted is not None:
-            # We were sending above the limit, so what it accepted is the limit (at most).
-            level = accepted if self.rate is None else min(accepted, self.rate)
+            # We were sending above the limit, so what it accepted is the limit (at most): over
+            # the last second, or now (what we send, less the share refused), whichever is more:
+            # a slow start that just passed the limit accepted less than the limit on average.
+            rate = self.rate
+            level = (
+                accepted if rate is None else min(rate, max(accepted, rate * (1 - self._refused_share(now))))
+            )
             self.ceiling = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
@@ -313,6 +320,14 @@ class RateLimiter:
         answers = sum(entry[1] for entry in self._tally)
         return sum(entry[2] for entry in self._tally) / answers if answers else 1.0
 
+    def _refused_share(self, now: float) -> float:
+        """Share of the answers of the last ACCEPT_WINDOW s that were 429s."""
+        refused, horizon = self._refused, now - constants.ACCEPT_WINDOW
+        while refused and refused[0] < horizon:
+            refused.popleft()
+        total = len(refused) + len(self._accepted)
+        return len(refused) / total if total else 1.0
+
     def _isolated_refusal(self, now: float) -> bool:
         """Was the 429 just counted a lone one (jitter at a small bucket), not a pace above the limit?
 
@@ -320,13 +335,10 @@ class RateLimiter:
         ACCEPT_WINDOW s, or a share under SUSTAINED_REFUSALS, is not that (at 20 req/s one 429
         among 20 answers is 5 %, yet says nothing of the pace).
         """
-        refused, horizon = self._refused, now - constants.ACCEPT_WINDOW
-        while refused and refused[0] < horizon:
-            refused.popleft()
-        total = len(refused) + len(self._accepted)
+        share = self._refused_share(now)
         if not self._accepted:
             return False
-        return len(refused) <= 1 or len(refused) / total < SUSTAINED_REFUSALS
+        return len(self._refused) <= 1 or share < SUSTAINED_REFUSALS
 
     def _rough_rate(self, now: float) -> float:
         """What we achieved since the first answer, however little we know (for a first cut)."""

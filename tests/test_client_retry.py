@@ -644,7 +644,7 @@ def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() ->
     announced = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     guessed = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     announced.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
-    guessed.rate = announced.rate
+    guessed.rate, guessed.ceiling = announced.rate, 40.0  # (an estimate of its own)
     for _ in range(400):  # ten seconds at the pace, every request accepted
         for limiter in (announced, guessed):
             limiter._count_accepted(t.now)
@@ -718,6 +718,24 @@ def test_case_rare_lone_429s_cost_a_pause_and_frequent_ones_a_step_back() -> Non
         cuts += limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
     assert cuts >= 5 and limiter.rate < pace * 0.97  # (the probe grows it a little in between)
     assert limiter.ceiling == pytest.approx(100.0, rel=0.05)  # isolated: the estimate stands
+
+
+def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace() -> None:
+    """The slow start ramps up until the first 429: at a one-token bucket of 20/s that comes as
+    the pace passes 20/s, while the answers of the last second came at the ramp's average
+    (~15/s). The estimate is the pace less the refused share, not that average (which left a
+    night at 75 % of the limit, measured)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 10.0  # after a first cut, no estimate yet
+    while limiter.rate < 20.5:  # answers at the pace while it doubles every second
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+    pace = limiter.rate
+    assert limiter._accepted_rate(t.now) < 0.85 * pace  # the last second's average lags the ramp
+    assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0) is True
+    assert limiter.ceiling == pytest.approx(pace, rel=0.1)
+    assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
 
 
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
