@@ -49,6 +49,7 @@ RATE_START = 10.0  # req/s: the first cut when a 429 comes before anything could
 RATE_PROBE_START = 0.5  # growth per second before any estimate (a slow start)
 RATE_PROBE_FAR = 0.2  # growth per second while well below the estimated limit (20 %/s)
 RATE_PROBE_NEAR = 0.002  # growth per second near it: ~10 s from the margin to the limit
+RATE_PROBE_DOUBLING = 2.0  # seconds without a 429 after which the growth near it doubles
 ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate
 ACCEPT_MIN_SPAN = 0.5  # an estimate needs this many seconds of sending ...

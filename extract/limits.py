@@ -55,7 +55,8 @@ class RateLimiter:
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       doubles every second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
-      night sits just under the limit and meets a 429 (and its ``Retry-After`` pause) rarely.
+      night sits just under the limit and meets a 429 (and its ``Retry-After`` pause) rarely;
+      once no 429 came for ``TALLY_SECONDS``, faster and faster (the estimate was too low).
       The probe only runs while the rate is what holds us back.
     * **A server that announces its limit** (:meth:`on_announced`) is obeyed exactly: its rate
       becomes the cap, and an exhausted quota pauses every request until it resets.
@@ -96,6 +97,7 @@ class RateLimiter:
         self._queue = asyncio.Lock()  # FIFO: the requests waiting for their slot
         self.cooldown_until = 0.0
         self._last_decrease = 0.0
+        self._last_refusal: float | None = None  # when the last 429 came
         self._last_grow: float | None = None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
@@ -181,7 +183,13 @@ class RateLimiter:
         if ceiling is None:  # no estimate yet (a rough first cut): double every second
             growth = constants.RATE_PROBE_START
         elif rate >= ceiling * (1 - 2 * constants.RATE_MARGIN):
-            growth = constants.RATE_PROBE_NEAR
+            # Near the estimate, slowly; once no 429 came for TALLY_SECONDS, faster and faster
+            # (doubling every RATE_PROBE_DOUBLING s, up to RATE_PROBE_FAR): an estimate taken at
+            # a bad moment (discovery's burst emptying a bucket) must not hold a night far under
+            # the limit, and at the limit a 429 comes well before then.
+            since = now - (self._last_refusal if self._last_refusal is not None else now)
+            quiet = min(max(0.0, since - constants.TALLY_SECONDS) / constants.RATE_PROBE_DOUBLING, 16.0)
+            growth = min(constants.RATE_PROBE_FAR, constants.RATE_PROBE_NEAR * 2.0**quiet)
         else:
             growth = constants.RATE_PROBE_FAR
         self.rate = self._capped(rate * (1.0 + growth * (now - last)))
@@ -190,6 +198,7 @@ class RateLimiter:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
         self._refused.append(now)
+        self._last_refusal = now
         self._tally_answer(now, refused=1)
         accepted = self._accepted_rate(now)
         # Paced at an estimate, yet refused. (In the slow start, before any estimate, the first

@@ -738,6 +738,27 @@ def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace
     assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
 
 
+def test_case_an_estimate_too_low_is_left_behind_once_no_429_comes() -> None:
+    """An estimate taken at a bad moment (discovery's burst emptying a bucket of 20 at 500/s:
+    19 % of the limit, measured) held the night there: the probe near an estimate is slow. Once
+    no 429 came for TALLY_SECONDS it speeds up (doubling every RATE_PROBE_DOUBLING s)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate, limiter.ceiling = 98.0, 100.0
+    limiter._last_refusal = t.now  # the 429 that gave the estimate
+
+    def at_pace(seconds: float) -> None:
+        end = t.now + seconds
+        while t.now < end:
+            limiter.on_success(t.now)
+            t.now += 1 / limiter.rate
+
+    at_pace(constants.TALLY_SECONDS)  # the first seconds after a 429: slowly
+    assert limiter.rate < 98.0 * (1 + 1.1 * constants.TALLY_SECONDS * constants.RATE_PROBE_NEAR)
+    at_pace(15.0)  # then faster and faster
+    assert limiter.rate > 200.0
+
+
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
     """Above the limit, a steady share is refused: that is the pace, not jitter."""
     t = FakeTime()
