@@ -344,10 +344,8 @@ class RateLimiter:
         ACCEPT_WINDOW s, or a share under SUSTAINED_REFUSALS, is not that (at 20 req/s one 429
         among 20 answers is 5 %, yet says nothing of the pace).
         """
-        share = self._refused_share(now)
-        if not self._accepted:
-            return False
-        return len(self._refused) <= 1 or share < SUSTAINED_REFUSALS
+        share = self._refused_share(now)  # (prunes the refusals to the window)
+        return bool(self._accepted) and (len(self._refused) <= 1 or share < SUSTAINED_REFUSALS)
 
     def _rough_rate(self, now: float) -> float:
         """What we achieved since the first answer, however little we know (for a first cut)."""

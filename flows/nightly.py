@@ -54,6 +54,7 @@ from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.atomic import write_json_atomic
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.shards import request_counts
 
 log = logging.getLogger(__name__)
 
@@ -587,13 +588,9 @@ class NightRun:
         self.summary.cpu_s = time.process_time() - self._cpu_started
         if self.client is not None:
             stats = self.client.stats
-            shards = self.shard_stats  # a sharded night: what its shards asked too
-            self.summary.requests = int(stats.requests) + shards.get("requests", 0)
-            self.summary.retries = int(stats.retries) + shards.get("retries", 0)
-            self.summary.status_429 = int(stats.status_429) + shards.get("status_429", 0)
-            self.summary.errors = int(stats.errors) + shards.get("errors", 0)
+            for name, count in request_counts(stats).items():  # a sharded night: its shards' too
+                setattr(self.summary, name, count + self.shard_stats.get(name, 0))
             self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
-            self.summary.bytes_received = int(stats.bytes) + shards.get("bytes_received", 0)
 
 
 def remembered_rate(data_dir: DataDir) -> float | None:

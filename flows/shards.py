@@ -33,7 +33,7 @@ from typing import Any
 from membersync.extract.settings import ServiceSettings
 from membersync.flows import batches as B
 from membersync.models.coerce import TimezoneLookup
-from membersync.warehouse.shards import ShardArea, ShardPlan, assign
+from membersync.warehouse.shards import ShardArea, ShardPlan, assign, request_counts
 
 log = logging.getLogger(__name__)
 
@@ -197,14 +197,7 @@ async def land_shard(
         async def record() -> None:
             nonlocal beat
             beat += 1
-            stats = client.stats
-            totals = {
-                "requests": stats.requests,
-                "retries": stats.retries,
-                "status_429": stats.status_429,
-                "errors": stats.errors,
-                "bytes_received": stats.bytes,
-            }
+            totals = request_counts(client.stats)
             await asyncio.to_thread(plan_area.write_launch_stats, shard, launch, beat, totals)
 
         async def beating() -> None:  # proof of life for the night's watchdog, every SHARD_BEAT s

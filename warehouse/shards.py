@@ -108,8 +108,19 @@ class ShardPlan:
             raise ShardAreaError(f"{where}: not a shard plan ({type(exc).__name__}: {exc})") from None
 
 
-# What a shard launch records of its requests (ClientStats' names, as RunSummary counts them).
-LAUNCH_STATS = ("requests", "retries", "status_429", "errors", "bytes_received")
+# What a shard launch records of its requests: RunSummary's name -> the client's ClientStats field.
+LAUNCH_STATS = {
+    "requests": "requests",
+    "retries": "retries",
+    "status_429": "status_429",
+    "errors": "errors",
+    "bytes_received": "bytes",
+}
+
+
+def request_counts(stats: Any) -> dict[str, int]:
+    """A client's ClientStats as the counts a night's summary keeps (:data:`LAUNCH_STATS`)."""
+    return {name: int(getattr(stats, field)) for name, field in LAUNCH_STATS.items()}
 
 
 def assign(batch_ids: Sequence[str], shards: int) -> dict[str, int]:
@@ -205,9 +216,13 @@ class ShardArea:
         body = {"shard": shard, "beat": beat, **{k: int(stats.get(k, 0)) for k in LAUNCH_STATS}}
         self._put(f"stats/{shard}-{launch}.json", json.dumps(body, sort_keys=True).encode())
 
-    def _launches(self) -> list[dict[str, Any]]:
+    def _launches(self, shard: int | None = None) -> list[dict[str, Any]]:
+        """The launches' stats files (of ``shard`` only: its files alone are read)."""
         found = []
+        prefix = "" if shard is None else f"{shard}-"
         for name in self._names("stats"):
+            if not name.startswith(prefix):
+                continue
             data = self._get(f"stats/{name}")
             try:
                 body = json.loads(data) if data is not None else None
@@ -219,7 +234,7 @@ class ShardArea:
 
     def beats(self, shard: int) -> int:
         """The beats of every launch of ``shard`` (it grows while one is alive)."""
-        mine = [b.get("beat") for b in self._launches() if b["shard"] == shard]
+        mine = [b.get("beat") for b in self._launches(shard) if b["shard"] == shard]
         return sum(beat for beat in mine if isinstance(beat, int))
 
     def launch_stats(self) -> dict[str, int]:
