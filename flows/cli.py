@@ -340,11 +340,26 @@ SYSTEM_PACKAGES: dict[str, str] = {  # executable -> Debian package
     "pdftotext": "poppler-utils",
     # tests/test_serve_ui.py opens `membersync serve`'s Prefect UI in headless chromium (playwright).
     "chromium": "chromium",
+    # tests/test_work_pool.py runs its Prefect server on PostgreSQL, as a pool of workers should:
+    # on SQLite, 3 workers' writes lock the file and the server drops events ("database is locked").
+    "initdb": "postgresql",
 }
 
 
+def system_executable(name: str) -> str | None:
+    """The path of a system program: on ``PATH``, or where Debian keeps PostgreSQL's servers
+    (``/usr/lib/postgresql/<version>/bin``, not on ``PATH``); ``None`` when absent."""
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    by_version = lambda p: (len(p.parent.name), p.parent.name)  # noqa: E731 ("15" after "9")
+    newest_first = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=by_version, reverse=True)
+    candidates = [bin_dir / name for bin_dir in newest_first]
+    return next((str(c) for c in candidates if c.exists()), None)
+
+
 def ensure_system_packages() -> None:
-    missing = sorted({pkg for exe, pkg in SYSTEM_PACKAGES.items() if shutil.which(exe) is None})
+    missing = sorted({pkg for exe, pkg in SYSTEM_PACKAGES.items() if system_executable(exe) is None})
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:

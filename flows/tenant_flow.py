@@ -220,21 +220,30 @@ async def launch_shard(tenant: str, plan: ShardPlan, shard: int, started: asynci
     return bool(state.is_completed())
 
 
-async def _mark_given_up(client: Any, flow_run_id: Any, what: str, tries: int = 3) -> None:
-    """Mark a given-up shard run ``Crashed`` (a busy server may refuse for a while: try again)."""
+MARK_PATIENCE = 60.0  # seconds to keep trying to mark a given-up shard run Crashed
+
+
+async def _mark_given_up(client: Any, flow_run_id: Any, what: str) -> None:
+    """Mark a given-up shard run ``Crashed``, until the server shows a final state for it (a busy
+    server may refuse, or answer and not keep it, for a while): a run left ``Running`` in the UI
+    with no process behind it would say the night is not over. Gives up after
+    :data:`MARK_PATIENCE` seconds with a warning: the night's own outcome comes first."""
     from prefect.states import Crashed
 
-    for attempt in range(1, tries + 1):
+    deadline = time.monotonic() + MARK_PATIENCE
+    problem = "no final state"
+    while time.monotonic() < deadline:
         try:
             await client.set_flow_run_state(
                 flow_run_id, Crashed(message="the night gave this shard up (no progress)"), force=True
             )
-            return
+            state = (await client.read_flow_run(flow_run_id)).state
+            if state is not None and state.is_final():
+                return
         except Exception as exc:  # the server's trouble must not hide the shard's own outcome
-            if attempt == tries:
-                log.warning("%s: could not mark the given-up run Crashed (%s)", what, type(exc).__name__)
-            else:
-                await asyncio.sleep(2)
+            problem = type(exc).__name__
+        await asyncio.sleep(2)
+    log.warning("%s: could not mark the given-up run Crashed in %.0f s (%s)", what, MARK_PATIENCE, problem)
 
 
 async def wait_final(

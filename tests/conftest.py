@@ -7,6 +7,7 @@
   stopped when the test ends.
 - ``s3_endpoint`` (per module): moto's S3 server on 127.0.0.1; ``aws_env``: the standard AWS
   variables for it (set in this process too), with bucket ``BUCKET`` created.
+- ``prefect_database``: a fresh PostgreSQL server for a Prefect server (``tests/postgres.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ def fresh_sandbox() -> Iterator[Callable[..., RunningSandbox]]:
     finally:
         for running in started:
             running.stop()
+
+
+@pytest.fixture
+def prefect_database() -> Iterator[str]:
+    """A fresh PostgreSQL server on loopback: the URL for ``PREFECT_SERVER_DATABASE_CONNECTION_URL``."""
+    from postgres import postgres_server
+
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
