@@ -90,9 +90,15 @@ def write_profile(folder: Path, database: Path, threads: int = 1) -> None:
     (folder / "profiles.yml").write_text(json.dumps(profile, indent=2), encoding="utf-8")
 
 
+# A build's outcome is read in this process (dbtRunner's result): dbt's JSON artifacts
+# (manifest.json, 1.7 MB for this project, and run_results.json) would be written for no reader.
+# Its partial-parse cache and compiled SQL are written all the same.
+NO_ARTIFACTS = "--no-write-json"
+
+
 def run_build(project_dir: Path, profiles_dir: Path, state_dir: Path, variables: Mapping[str, Any]) -> DbtRun:
     """``dbt build`` of the whole project with ``variables``; every node's outcome."""
-    return run(["build"], project_dir, profiles_dir, state_dir, variables)
+    return run(["build", NO_ARTIFACTS], project_dir, profiles_dir, state_dir, variables)
 
 
 def run(
@@ -179,7 +185,7 @@ def _parsed(project_dir: Path, common: Sequence[str], variables: Mapping[str, An
     key = (str(project_dir), project_fingerprint(project_dir), json.dumps(dict(variables), sort_keys=True))
     if key in _PARSED:
         return _PARSED[key]
-    outcome = dbtRunner().invoke(["parse", *common])
+    outcome = dbtRunner().invoke(["parse", NO_ARTIFACTS, *common])
     manifest: Any = outcome.result  # a Manifest, for `parse`
     if not outcome.success or manifest is None:
         return None
