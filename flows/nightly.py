@@ -54,7 +54,7 @@ from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.atomic import write_json_atomic
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.shards import request_counts
+from membersync.warehouse.shards import add_counts, request_counts, status_counts
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,7 @@ class NightRun:
         # night fans out to shards on a work pool (flows/shards.py, set by flows/tenant_flow.py).
         self.fan_out: Callable[[NightRun, list[str]], Awaitable[None]] | None = None
         self.shard_stats: dict[str, int] = {}  # what the shards asked of the service (summed)
+        self.shard_statuses: dict[str, int] = {}  # the shards' answers by HTTP status (summed)
         self.window: B.Window | None = None
         self.previous_watermark: str | None = None
         self.healed: list[str] = []  # clients the self-audit had synced tonight (heal=now)
@@ -590,7 +591,7 @@ class NightRun:
             stats = self.client.stats
             for name, count in request_counts(stats).items():  # a sharded night: its shards' too
                 setattr(self.summary, name, count + self.shard_stats.get(name, 0))
-            self.summary.by_status = {str(k): int(v) for k, v in sorted(stats.by_status.items())}
+            self.summary.by_status = add_counts(status_counts(stats), self.shard_statuses)
 
 
 def remembered_rate(data_dir: DataDir) -> float | None:

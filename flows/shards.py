@@ -33,7 +33,7 @@ from typing import Any
 from membersync.extract.settings import ServiceSettings
 from membersync.flows import batches as B
 from membersync.models.coerce import TimezoneLookup
-from membersync.warehouse.shards import ShardArea, ShardPlan, assign, request_counts
+from membersync.warehouse.shards import ShardArea, ShardPlan, assign, request_counts, status_counts
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,7 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, sta
             group.create_task(until_done(shard))
     await asyncio.to_thread(collect, run, plan, area)
     run.shard_stats = await asyncio.to_thread(area.launch_stats)
+    run.shard_statuses = await asyncio.to_thread(area.launch_statuses)
     await asyncio.to_thread(area.remove)
 
 
@@ -197,8 +198,8 @@ async def land_shard(
         async def record() -> None:
             nonlocal beat
             beat += 1
-            totals = request_counts(client.stats)
-            await asyncio.to_thread(plan_area.write_launch_stats, shard, launch, beat, totals)
+            totals, statuses = request_counts(client.stats), status_counts(client.stats)
+            await asyncio.to_thread(plan_area.write_launch_stats, shard, launch, beat, totals, statuses)
 
         async def beating() -> None:  # proof of life for the night's watchdog, every SHARD_BEAT s
             while True:

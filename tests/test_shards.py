@@ -48,6 +48,27 @@ def test_batches_are_cut_into_contiguous_client_ranges() -> None:
     assert assign(["00003", "00001"], 1) == {"00001": 0, "00003": 0}
 
 
+def test_launch_stats_sum_every_launch_and_skip_what_is_malformed(tmp_path: Path) -> None:
+    area = ShardArea(DataDir(tmp_path), NIGHT, "run-1")
+    counts = {"requests": 10, "retries": 1, "status_429": 1, "errors": 0, "bytes_received": 500}
+    area.write_launch_stats(0, "a", 3, counts, {"200": 9, "429": 1})
+    area.write_launch_stats(0, "b", 2, {**counts, "requests": 4}, {"200": 4})
+    area.write_launch_stats(1, "c", 7, counts)  # a launch that recorded no answers by status
+    stats = Path(area.base) / "stats"
+    (stats / "1-d.json").write_text("{not json", encoding="utf-8")  # torn: counts nothing
+    (stats / "2-e.json").write_text(json.dumps({"shard": 2, "beat": 1, "by_status": {"200": "x"}}))
+
+    assert area.launch_stats() == {
+        "requests": 24,
+        "retries": 3,
+        "status_429": 3,
+        "errors": 0,
+        "bytes_received": 1500,
+    }
+    assert area.launch_statuses() == {"200": 13, "429": 1}
+    assert (area.beats(0), area.beats(1), area.beats(2), area.beats(3)) == (5, 7, 1, 0)
+
+
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
     where: str, fresh_sandbox: Callable[..., Any], tmp_path: Path, request: pytest.FixtureRequest
@@ -118,6 +139,10 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
     shard_requests = sum(c["requests"] for _, rc, c in launches if c is not None)
     served = sandbox.stats.requests
     assert shard_requests < summary.requests <= served, (shard_requests, summary.requests, served)
+    # and its answers by status are the shards' too (a request in flight when a launch last beat
+    # or was killed has no answer yet: at most one answer per request)
+    answered = sum(summary.by_status.values())
+    assert shard_requests < answered <= summary.requests, (summary.by_status, shard_requests)
     # shard 1 was lost after its first batch, launched again: that batch kept, the rest fetched;
     # shard 2's first run hung: given up after STALL seconds, launched again;
     # shard 3's run was reported crashed while it kept beating: waited for, never launched twice

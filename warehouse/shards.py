@@ -123,6 +123,20 @@ def request_counts(stats: Any) -> dict[str, int]:
     return {name: int(getattr(stats, field)) for name, field in LAUNCH_STATS.items()}
 
 
+def status_counts(stats: Any) -> dict[str, int]:
+    """A client's answers by HTTP status ("200" -> count), as a night's summary keeps them."""
+    return {str(status): int(n) for status, n in sorted(stats.by_status.items())}
+
+
+def add_counts(*counts: Mapping[str, int]) -> dict[str, int]:
+    """Counts by key, summed (keys in order)."""
+    total: dict[str, int] = {}
+    for one in counts:
+        for key, n in one.items():
+            total[key] = total.get(key, 0) + n
+    return dict(sorted(total.items()))
+
+
 def assign(batch_ids: Sequence[str], shards: int) -> dict[str, int]:
     """Batch id -> shard: contiguous runs of the sorted ids (client ranges), as even as can be."""
     ordered = sorted(batch_ids)
@@ -209,11 +223,20 @@ class ShardArea:
 
     # -- each launch: proof of life, and what it asked of the service ------------------------------
 
-    def write_launch_stats(self, shard: int, launch: str, beat: int, stats: Mapping[str, int]) -> None:
-        """A launch's running totals and its ``beat`` (a count it raises every few seconds while
-        alive, whatever Prefect's server records): the night's summary counts the requests, the
-        night's watchdog watches the beat."""
-        body = {"shard": shard, "beat": beat, **{k: int(stats.get(k, 0)) for k in LAUNCH_STATS}}
+    def write_launch_stats(
+        self,
+        shard: int,
+        launch: str,
+        beat: int,
+        stats: Mapping[str, int],
+        by_status: Mapping[str, int] | None = None,
+    ) -> None:
+        """A launch's running totals (and its answers by HTTP status) and its ``beat`` (a count it
+        raises every few seconds while alive, whatever Prefect's server records): the night's
+        summary counts the requests, the night's watchdog watches the beat."""
+        body: dict[str, Any] = {"shard": shard, "beat": beat}
+        body |= {k: int(stats.get(k, 0)) for k in LAUNCH_STATS}
+        body["by_status"] = {str(k): int(v) for k, v in (by_status or {}).items()}
         self._put(f"stats/{shard}-{launch}.json", json.dumps(body, sort_keys=True).encode())
 
     def _launches(self, shard: int | None = None) -> list[dict[str, Any]]:
@@ -236,6 +259,13 @@ class ShardArea:
         """The beats of every launch of ``shard`` (it grows while one is alive)."""
         mine = [b.get("beat") for b in self._launches(shard) if b["shard"] == shard]
         return sum(beat for beat in mine if isinstance(beat, int))
+
+    def launch_statuses(self) -> dict[str, int]:
+        """Every launch's answers by HTTP status, summed (a malformed entry counts nothing)."""
+        found = [b.get("by_status") for b in self._launches()]
+        return add_counts(
+            *({k: v for k, v in one.items() if isinstance(v, int)} for one in found if isinstance(one, dict))
+        )
 
     def launch_stats(self) -> dict[str, int]:
         """Every launch's totals, summed (a malformed file counts nothing)."""
