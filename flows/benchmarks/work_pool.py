@@ -9,6 +9,10 @@ the data location is not what is measured here)::
     python -m membersync.flows.benchmarks.work_pool tenants --tenants 6 --clients 5000 --workers 1 --workers 3
     python -m membersync.flows.benchmarks.work_pool sharded --clients 20000 --shards 3 --workers 3
 
+The server uses the database ``PREFECT_SERVER_DATABASE_CONNECTION_URL`` names, if set in the
+environment: PostgreSQL as in production (``postgresql+asyncpg://...``; on SQLite, several workers
+lock the file and the server drops events). Without it, SQLite under a fresh ``PREFECT_HOME``.
+
 Per configuration: the wall time from the trigger to the end of the last night, and per tenant
 its requests, the rate its sandbox served (requests per second from its 6th second to its last
 full one) as a share of the limit, and its 429 answers. Tenants carry ``rate`` in the tenants
