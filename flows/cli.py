@@ -352,8 +352,11 @@ def system_executable(name: str) -> str | None:
     found = shutil.which(name)
     if found is not None:
         return found
-    by_version = lambda p: (len(p.parent.name), p.parent.name)  # noqa: E731 ("15" after "9")
-    newest_first = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=by_version, reverse=True)
+
+    def version(bin_dir: Path) -> tuple[int, str]:  # "15" after "9"
+        return len(bin_dir.parent.name), bin_dir.parent.name
+
+    newest_first = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version, reverse=True)
     candidates = [bin_dir / name for bin_dir in newest_first]
     return next((str(c) for c in candidates if c.exists()), None)
 

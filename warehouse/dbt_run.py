@@ -1,8 +1,9 @@
 """Run the dbt project in ``sql/`` from Python (``dbtRunner``), one ``dbt build`` per warehouse build.
 
 Nothing of dbt's is written inside the repository: the profile is generated at run time (DuckDB
-needs no credentials), and dbt's target (its manifest, and the partial-parse cache that saves
-seconds a night) and logs live under ``DATA_DIR/warehouse/dbt/``. dbt never goes to the network:
+needs no credentials), and dbt's target (the partial-parse cache that saves seconds a night, the
+compiled SQL; no JSON artifacts, see :data:`NO_ARTIFACTS`) and logs live under
+``DATA_DIR/warehouse/dbt/``. dbt never goes to the network:
 no anonymous usage statistics, no version check, no packages from the hub.
 """
 
