@@ -221,6 +221,7 @@ async def launch_shard(tenant: str, plan: ShardPlan, shard: int, started: asynci
 
 
 MARK_PATIENCE = 60.0  # seconds to keep trying to mark a given-up shard run Crashed
+MARK_RETRY = 2.0  # seconds between tries
 
 
 async def _mark_given_up(client: Any, flow_run_id: Any, what: str) -> None:
@@ -242,8 +243,8 @@ async def _mark_given_up(client: Any, flow_run_id: Any, what: str) -> None:
                 return
         except Exception as exc:  # the server's trouble must not hide the shard's own outcome
             problem = type(exc).__name__
-        await asyncio.sleep(2)
-    log.warning("%s: could not mark the given-up run Crashed in %.0f s (%s)", what, MARK_PATIENCE, problem)
+        await asyncio.sleep(MARK_RETRY)
+    log.warning("%s: could not mark the given-up run Crashed in %g s (%s)", what, MARK_PATIENCE, problem)
 
 
 async def wait_final(

@@ -242,6 +242,44 @@ def run_pair(env: dict[str, str], gated: bool, n: int) -> list[str]:
     return outs
 
 
+def test_a_given_up_shard_run_is_marked_until_the_server_shows_it_final(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A busy server refuses the mark (503 after its retries), then takes it and does not keep it:
+    the launcher tries again until it reads a final state back; a server that never keeps it
+    costs MARK_PATIENCE seconds and a warning, not the night."""
+    from membersync.flows import tenant_flow
+    from prefect.states import Crashed, Running
+
+    class BusyServer:
+        def __init__(self, answers: list[str]) -> None:
+            self.answers, self.marks, self.state = answers, 0, Running()
+
+        async def set_flow_run_state(self, flow_run_id: Any, state: Any, force: bool) -> None:
+            assert force and state.is_crashed()
+            self.marks += 1
+            answer = self.answers.pop(0) if self.answers else "lost"
+            if answer == "refused":
+                raise httpx.HTTPStatusError("503", request=httpx.Request("POST", "http://x"), response=None)  # type: ignore[arg-type]
+            if answer == "kept":
+                self.state = Crashed()
+
+        async def read_flow_run(self, flow_run_id: Any) -> Any:
+            return type("Run", (), {"state": self.state})()
+
+    monkeypatch.setattr(tenant_flow, "MARK_RETRY", 0.01)
+    monkeypatch.setattr(tenant_flow, "MARK_PATIENCE", 2.0)
+    server = BusyServer(["refused", "refused", "lost", "kept"])
+    asyncio.run(tenant_flow._mark_given_up(server, "run-1", "big shard 2"))
+    assert (server.marks, server.state.is_crashed()) == (4, True)
+
+    never = BusyServer([])
+    with caplog.at_level("WARNING", logger="membersync.flows.tenant_flow"):
+        asyncio.run(tenant_flow._mark_given_up(never, "run-2", "big shard 3"))
+    assert never.marks > 10 and not never.state.is_final()
+    assert "big shard 3: could not mark the given-up run Crashed in 2 s (no final state)" in caplog.text
+
+
 def test_shared_rate_gate_takes_slots_in_chunks() -> None:
     from membersync.flows.tenant_flow import SharedRateGate
 
