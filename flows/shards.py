@@ -154,8 +154,7 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, sta
         for shard in plan.shards:
             group.create_task(until_done(shard))
     await asyncio.to_thread(collect, run, plan, area)
-    run.shard_stats = await asyncio.to_thread(area.launch_stats)
-    run.shard_statuses = await asyncio.to_thread(area.launch_statuses)
+    run.shard_stats, run.shard_statuses = await asyncio.to_thread(area.launch_totals)
     await asyncio.to_thread(area.remove)
 
 

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from membersync.flows.cli import system_executable
+from membersync.flows.schedule import free_port
 
 USER = "prefect"
 
@@ -32,12 +32,6 @@ def _as_server_user(cmd: list[str]) -> list[str]:
     runuser = shutil.which("runuser")
     assert runuser is not None, "runuser (util-linux) is needed to start PostgreSQL as root"
     return [runuser, "-u", "postgres", "--", *cmd]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -60,7 +54,7 @@ def postgres_server(timeout: float = 60.0) -> Iterator[str]:
             timeout=120,
         )
         assert made.returncode == 0, made.stderr.decode(errors="replace")[-2000:]
-        port = _free_port()
+        port = free_port()
         settings = ["-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}"]
         settings += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
         with open(log, "wb") as out:

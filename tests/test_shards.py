@@ -58,14 +58,15 @@ def test_launch_stats_sum_every_launch_and_skip_what_is_malformed(tmp_path: Path
     (stats / "1-d.json").write_text("{not json", encoding="utf-8")  # torn: counts nothing
     (stats / "2-e.json").write_text(json.dumps({"shard": 2, "beat": 1, "by_status": {"200": "x"}}))
 
-    assert area.launch_stats() == {
+    summed, statuses = area.launch_totals()
+    assert summed == {
         "requests": 24,
         "retries": 3,
         "status_429": 3,
         "errors": 0,
         "bytes_received": 1500,
     }
-    assert area.launch_statuses() == {"200": 13, "429": 1}
+    assert statuses == {"200": 13, "429": 1}
     assert (area.beats(0), area.beats(1), area.beats(2), area.beats(3)) == (5, 7, 1, 0)
 
 

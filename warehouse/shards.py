@@ -260,21 +260,16 @@ class ShardArea:
         mine = [b.get("beat") for b in self._launches(shard) if b["shard"] == shard]
         return sum(beat for beat in mine if isinstance(beat, int))
 
-    def launch_statuses(self) -> dict[str, int]:
-        """Every launch's answers by HTTP status, summed (a malformed entry counts nothing)."""
-        found = [b.get("by_status") for b in self._launches()]
-        return add_counts(
-            *({k: v for k, v in one.items() if isinstance(v, int)} for one in found if isinstance(one, dict))
-        )
-
-    def launch_stats(self) -> dict[str, int]:
-        """Every launch's totals, summed (a malformed file counts nothing)."""
-        total = dict.fromkeys(LAUNCH_STATS, 0)
+    def launch_totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every launch's counts (:data:`LAUNCH_STATS`) and answers by HTTP status, each summed,
+        from one read of the stats files (a malformed file or entry counts nothing)."""
+        counts, statuses = [], []
         for body in self._launches():
-            for key in LAUNCH_STATS:
-                value = body.get(key)
-                total[key] += value if isinstance(value, int) else 0
-        return total
+            counts.append({k: v for k in LAUNCH_STATS if isinstance(v := body.get(k), int)})
+            by_status = body.get("by_status")
+            if isinstance(by_status, dict):
+                statuses.append({k: v for k, v in by_status.items() if isinstance(v, int)})
+        return {**dict.fromkeys(LAUNCH_STATS, 0), **add_counts(*counts)}, add_counts(*statuses)
 
     def done_batches(self) -> set[str]:
         return {n.removesuffix(".done") for n in self._names("batches") if n.endswith(".done")}
