@@ -406,7 +406,6 @@ def test_staging_deduplicates_and_tests_on_the_declared_key() -> None:
         model = models[f"stg_{table.name}"]
         assert model["config"]["meta"]["key"] == key, table.name
         tests = {next(iter(t)): next(iter(t.values())) for t in model.get("data_tests", [])}
-        assert tests["unique_combination"]["arguments"]["columns"] == key, table.name
-        assert tests["not_null_key"]["arguments"]["columns"] == key, table.name
+        assert tests["primary_key"]["arguments"]["columns"] == key, table.name
         reconciles = tests["reconciles_with_landing"]["arguments"]
         assert reconciles == {"landed": table.name, "key": key}, table.name

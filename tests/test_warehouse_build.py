@@ -190,6 +190,12 @@ def test_result_and_meta(built) -> None:
     nights = query(data_dir, "SELECT snapshot_date, mode FROM marts.nights ORDER BY 1")
     assert [n["mode"] for n in nights] == ["full", "incremental", "incremental"]
     assert not list(data_dir.root.glob("warehouse.duckdb.building-*"))
+    # Every model's key is checked twice (one primary_key test): not null, and unique.
+    checks = query(data_dir, "SELECT model, check_name FROM meta.checks")
+    for model in load_models():
+        key = ", ".join(model.key)
+        assert {"model": model.name, "check_name": f"not_null({key})"} in checks, model.name
+        assert {"model": model.name, "check_name": f"unique({key})"} in checks, model.name
 
 
 def test_every_model_declares_grain_and_key() -> None:
@@ -238,6 +244,38 @@ def test_duplicate_key_fails_naming_model_and_check(tmp_path: Path) -> None:
     # With the real models the duplicate is dropped and counted (reconciled with landing).
     result = build_warehouse(data_dir)
     assert result.duplicates_dropped == {"staging.memberships": 1}
+
+
+def test_null_key_fails_naming_the_not_null_check(tmp_path: Path) -> None:
+    """Case: a model that lets a key column go null fails on not_null(key), not unique(key)
+    (one primary_key test checks both; its failing row says which)."""
+    data_dir = DataDir(tmp_path / "data")
+    write_night(
+        data_dir,
+        dt.date(2026, 3, 1),
+        {
+            "stores": sc.stores_of(0),
+            "synced_clients": [{"client_number": "000001"}],
+            "memberships": [
+                {"client_number": "000001", "membership_id": m, "status": "Active", "storecode": sc.DOWNTOWN}
+                for m in ("M1", "M2")
+            ],
+        },
+    )
+    sql_dir = tmp_path / "sql"
+    shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
+    model = sql_dir / "staging" / "stg_memberships.sql"
+    text = model.read_text()
+    column = "        membership_id,\n"
+    assert text.count(column) == 1
+    model.write_text(text.replace(column, "        nullif(membership_id, 'M1') as membership_id,\n"))
+    with pytest.raises(BuildCheckError) as caught:
+        build_warehouse(data_dir, sql_dir=sql_dir)
+    assert (caught.value.model, caught.value.check) == (
+        "staging.memberships",
+        "not_null(snapshot_date, membership_id)",
+    )
+    assert "problem=null" in caught.value.detail and not data_dir.warehouse_db.exists()
 
 
 def test_manifest_row_count_mismatch_fails(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ TMP_PREFIX = "warehouse.duckdb.building-"
 SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
 SCRATCH_DIR = "scratch"
 # When several tests fail, the error names the first of these kinds (a broken key explains the rest).
-TEST_PRIORITY = {"not_null_key": 0, "unique_combination": 1, "accepted_values": 2, "references": 3}
+TEST_PRIORITY = {"primary_key": 0, "accepted_values": 1, "references": 2}
 
 
 class BuildError(RuntimeError):
@@ -457,29 +457,31 @@ def _raise_first_failure(
     # The most telling first: a broken key explains the failures of the tests that follow from it.
     failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name, len(TEST_PRIORITY)))
     for node in failed[:1]:
-        model, detail = _test_failure(con, node, relations)
-        raise BuildCheckError(model, dbt_run.describe_test(node, relations), detail)
+        model, detail, problem = _test_failure(con, node, relations)
+        raise BuildCheckError(model, dbt_run.describe_test(node, relations, problem), detail)
     if not run.success:
         raise BuildCheckError("dbt", "build", run.error or f"dbt failed; see {run.log_file}")
 
 
 def _test_failure(
     con: duckdb.DuckDBPyConnection, node: dbt_run.Node, relations: Mapping[str, str]
-) -> tuple[str, str]:
-    """The failing model and a few of the rows that fail (the test's own query, run again)."""
+) -> tuple[str, str, str]:
+    """The failing model, a few of the rows that fail (the test's own query, run again) and the
+    first one's ``problem`` (a primary_key test's: null or duplicate; "" for other tests)."""
     model = dbt_run.test_target(node, relations)
     if node.status == "error" or not node.compiled_code:
-        return model, node.message
+        return model, node.message, ""
     try:
         cursor = con.execute(f"SELECT * FROM ({node.compiled_code}) LIMIT 3")
         header = [d[0] for d in cursor.description or []]
         examples = [dict(zip(header, row, strict=True)) for row in cursor.fetchall()]
     except duckdb.Error:
-        return model, f"{node.failures} failing row(s)"
+        return model, f"{node.failures} failing row(s)", ""
     if examples and "table_name" in examples[0]:  # landed rows vs manifests: name the table
         model = f"landing.{examples[0]['table_name']}"
+    problem = str(examples[0].get("problem") or "") if examples else ""
     shown = "; ".join(", ".join(f"{k}={v}" for k, v in e.items()) for e in examples)
-    return model, f"{node.failures} failing row(s), e.g. {shown}"
+    return model, f"{node.failures} failing row(s), e.g. {shown}", problem
 
 
 def _write_parts(

@@ -9,6 +9,8 @@ no anonymous usage statistics, no version check, no packages from the hub.
 
 from __future__ import annotations
 
+import copy
+import functools
 import gc
 import hashlib
 import json
@@ -51,7 +53,7 @@ class Node:
     failures: int
     compiled_code: str
     attached_to: str  # a test's model (unique id), "" for a singular test
-    test_name: str  # a generic test's name (unique_combination, not_null, ...), "" otherwise
+    test_name: str  # a generic test's name (primary_key, accepted_values, ...), "" otherwise
     check: str  # a singular test's meta.check: the name the build reports it by
     test_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -249,10 +251,18 @@ def reset_cache_for(state_dir: Path, project_dir: Path) -> None:
 
 def _layer_documents(project_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     """Every layer YAML file of the project (``<layer>/_*.yml``) with its content."""
+    for path in sorted(project_dir.glob("*/_*.yml")):
+        yield path, copy.deepcopy(_yaml_document(path.read_bytes()))  # the cached one stays intact
+
+
+@functools.lru_cache(maxsize=32)
+def _yaml_document(text: bytes) -> dict[str, Any]:
+    """A YAML file's content, parsed once per process per content (a build reads each file
+    several times). libyaml's loader when PyYAML has it: the pure-Python one cost ~0.5 s a build."""
     import yaml  # type: ignore[import-untyped]
 
-    for path in sorted(project_dir.glob("*/_*.yml")):
-        yield path, yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(text, Loader=loader) or {}  # a safe loader, C or Python
 
 
 def model_yaml(project_dir: Path) -> list[dict[str, Any]]:
@@ -279,13 +289,19 @@ def sql_path(project_dir: Path, layer: str, name: str) -> Path:
     return project_dir / layer / f"{name}.sql"
 
 
-def describe_test(node: Node, relations: Mapping[str, str]) -> str:
-    """A test as a check name: ``unique(snapshot_date, membership_id)``, ``not_null(client_number)``."""
+# What a primary_key test's failing row says is wrong (its ``problem`` column), as a check name.
+KEY_PROBLEMS = {"null": "not_null", "duplicate": "unique"}
+
+
+def describe_test(node: Node, relations: Mapping[str, str], problem: str = "") -> str:
+    """A test as a check name: ``unique(snapshot_date, membership_id)``, ``not_null(client_number)``.
+
+    A ``primary_key`` test is both checks in one query: ``problem`` (a failing row's) says which
+    one failed; without it the test is named ``primary_key(...)``."""
     kwargs = node.test_kwargs
-    if node.test_name == "unique_combination":
-        return f"unique({', '.join(kwargs.get('columns', []))})"
-    if node.test_name == "not_null_key":
-        return f"not_null({', '.join(kwargs.get('columns', []))})"
+    if node.test_name == "primary_key":
+        check = KEY_PROBLEMS.get(problem, "primary_key")
+        return f"{check}({', '.join(kwargs.get('columns', []))})"
     if node.test_name == "references":
         target = str(kwargs.get("to", ""))
         for unique_id, relation in relations.items():
@@ -305,9 +321,10 @@ def test_target(node: Node, relations: Mapping[str, str]) -> str:
 
 
 def checks_rows(run: DbtRun, relations: Mapping[str, str]) -> Sequence[tuple[str, str, str]]:
-    """(model, check, detail) of every test that passed."""
+    """(model, check, detail) of every check that passed: a primary_key test is two of them."""
     return [
-        (test_target(t, relations), describe_test(t, relations), "")
+        (test_target(t, relations), describe_test(t, relations, problem), "")
         for t in run.tests()
         if t.status == "pass"
+        for problem in (KEY_PROBLEMS if t.test_name == "primary_key" else ("",))
     ]
