@@ -7,7 +7,7 @@ how to resume. If the cancellation has not finished after :data:`GRACE_S` second
 server that is itself shutting down can keep the engine retrying its state report for
 minutes), or at a second signal, the process stops at once: it prints the same line, stops its
 child processes (the ephemeral Prefect server) and exits 130. Nothing is lost either way: the
-landing zone survives a SIGKILL anywhere (see ``tests/test_reliability.py``).
+landing zone survives a SIGKILL anywhere (see ``tests/test_reliability_kills.py``).
 """
 
 from __future__ import annotations

@@ -8,15 +8,20 @@
 - ``s3_endpoint`` (per module): moto's S3 server on 127.0.0.1; ``aws_env``: the standard AWS
   variables for it (set in this process too), with bucket ``BUCKET`` created.
 - ``prefect_database``: a fresh PostgreSQL server for a Prefect server (``tests/postgres.py``).
+- ``tmp_root``: a temporary directory, removed after the test; ``sandboxes(**config)``:
+  ``fresh_sandbox`` with the reliability scenarios' fixed anchor date (``reliability.ANCHOR``).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from reliability import ANCHOR
 
 BUCKET = "membersync-test"
 KEY_ID, SECRET = "AKIDTESTOBJECTSTORE", "object-store-secret-canary-7f3a"
@@ -45,6 +50,23 @@ def fresh_sandbox() -> Iterator[Callable[..., RunningSandbox]]:
     finally:
         for running in started:
             running.stop()
+
+
+@pytest.fixture
+def tmp_root() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="membersync-test-") as tmp:
+        yield Path(tmp)
+
+
+@pytest.fixture
+def sandboxes(fresh_sandbox: Callable[..., RunningSandbox]) -> Callable[..., RunningSandbox]:
+    """``fresh_sandbox`` with the scenarios' fixed anchor date (stable, comparable nights)."""
+
+    def make(**kw: Any) -> RunningSandbox:
+        kw.setdefault("anchor_date", ANCHOR)
+        return fresh_sandbox(**kw)
+
+    return make
 
 
 @pytest.fixture
@@ -88,18 +110,22 @@ def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     return env
 
 
-# The longest files first (measured: the slowest tests of a CI run), so that two workers
+# The longest files first (measured: the slowest tests of a CI run), so that the workers
 # (`membersync check` runs pytest-xdist with --dist loadfile) finish together instead of one
-# starting a 10-minute file when the other is nearly done. Order only: every test still runs.
+# starting a 5-minute file when the others are nearly done. Order only: every test still runs.
+# (The reliability scenarios are three files for that reason: in one file they were ~11 minutes,
+# longer than half the suite, on one worker.)
 LONGEST_FIRST = (
-    "test_reliability.py",
+    "test_reliability_kills.py",
     "test_work_pool.py",
-    "test_nightly.py",
     "test_warehouse_incremental.py",
+    "test_reliability_prefect.py",
+    "test_reliability.py",
+    "test_nightly.py",
     "test_audit.py",
     "test_object_storage.py",
-    "test_reports_truth.py",
     "test_shards.py",
+    "test_reports_truth.py",
 )
 
 

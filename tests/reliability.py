@@ -22,6 +22,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from membersync.extract.sandbox.server import RunningSandbox
 from membersync.models.tables import BY_NAME
 from membersync.warehouse.manifest import read_manifests
 from membersync.warehouse.paths import DataDir
@@ -443,3 +445,52 @@ def record(scenario: str, result: str, **figures: Any) -> None:
     if target:
         with open(target, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
+
+
+# --- shared by the scenarios (tests/test_reliability*.py) ---------------------------------------
+
+ANCHOR = dt.datetime.now(dt.UTC).date()
+KILLS = int(os.environ.get("MEMBERSYNC_RELIABILITY_KILLS", "8"))
+# Kills run the CLI without Prefect by default (landing, commit and build are the same code; Prefect
+# only wraps the steps in task runs and costs ~10-40 s of start-up per run). "on": exec'd CLI on
+# Prefect's ephemeral server, whose process is in the killed group too.
+KILL_WITH_PREFECT = os.environ.get("MEMBERSYNC_RELIABILITY_PREFECT", "off") == "on"
+
+
+def assert_ok(outcome: Outcome) -> None:
+    assert outcome.ok, outcome.describe()
+
+
+def assert_clean(ws: Workspace) -> None:
+    problems = inspect(ws.data_dir).problems()
+    assert problems == [], problems
+
+
+def one_line_error(outcome: Outcome) -> str:
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr:\n{outcome.describe()}"
+    return lines[0]
+
+
+def touch_sandbox(sandbox: RunningSandbox, n: int, salt: int) -> None:
+    """A few changes straight on the service (points and a ledger payment), so a night has work."""
+
+    def change(service: Any) -> None:
+        clients = list(service.iter_clients())
+        rng = random.Random(salt)
+        for client in rng.sample(clients, n):
+            store = client.home_store
+            service.insert_points(
+                {"clientNumber": client.client_number, "storecode": store, "points": 5, "reason": "touch"}
+            )
+            if client.ledger.get(store, 0) > 1:
+                service.post_account_ledger_payment(
+                    {
+                        "clientNumber": client.client_number,
+                        "storecode": store,
+                        "amount": "0.99",
+                        "paymentType": service.store_payment_types[store][0].code,
+                    }
+                )
+
+    sandbox.call(change)

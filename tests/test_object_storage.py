@@ -13,7 +13,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,6 @@ from membersync.warehouse.storage import ObjectStore, s3_filesystem
 from reliability import Workspace, inspect
 
 NIGHT = dt.datetime.now(dt.UTC).date()
-
-
-@pytest.fixture
-def tmp_root() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="objstore-") as tmp:
-        yield Path(tmp)
 
 
 def _prefix(name: str) -> str:

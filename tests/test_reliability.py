@@ -12,12 +12,8 @@ Each scenario calls :func:`reliability.record` with its measured figures; with
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
-import json
-import os
-import random
 import socket
 import stat
 import tempfile
@@ -26,88 +22,25 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-import duckdb
-import pyarrow.parquet as pq
 import pytest
 import truth
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
-from membersync.warehouse.crashpoints import POINTS
 from reliability import (
+    ANCHOR,
     Outcome,
     Workspace,
+    assert_clean,
+    assert_ok,
     inspect,
     manifest_stats,
+    one_line_error,
     published_digest,
     record,
     reports_digest,
     state_problems,
+    touch_sandbox,
 )
-
-ANCHOR = dt.datetime.now(dt.UTC).date()
-KILLS = int(os.environ.get("MEMBERSYNC_RELIABILITY_KILLS", "8"))
-# Kills run the CLI without Prefect by default (landing, commit and build are the same code; Prefect
-# only wraps the steps in task runs and costs ~10-40 s of start-up per run). "on": exec'd CLI on
-# Prefect's ephemeral server, whose process is in the killed group too.
-KILL_WITH_PREFECT = os.environ.get("MEMBERSYNC_RELIABILITY_PREFECT", "off") == "on"
-
-
-@pytest.fixture
-def tmp_root() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:
-        yield Path(tmp)
-
-
-@pytest.fixture
-def sandboxes(fresh_sandbox: Callable[..., RunningSandbox]) -> Callable[..., RunningSandbox]:
-    """``fresh_sandbox`` with the scenarios' fixed anchor date (stable, comparable nights)."""
-
-    def make(**kw: Any) -> RunningSandbox:
-        kw.setdefault("anchor_date", ANCHOR)
-        return fresh_sandbox(**kw)
-
-    return make
-
-
-def assert_ok(outcome: Outcome) -> None:
-    assert outcome.ok, outcome.describe()
-
-
-def assert_clean(ws: Workspace) -> None:
-    problems = inspect(ws.data_dir).problems()
-    assert problems == [], problems
-
-
-def one_line_error(outcome: Outcome) -> str:
-    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line on stderr:\n{outcome.describe()}"
-    return lines[0]
-
-
-def touch_sandbox(sandbox: RunningSandbox, n: int, salt: int) -> None:
-    """A few changes straight on the service (points and a ledger payment), so a night has work."""
-
-    def change(service: Any) -> None:
-        clients = list(service.iter_clients())
-        rng = random.Random(salt)
-        for client in rng.sample(clients, n):
-            store = client.home_store
-            service.insert_points(
-                {"clientNumber": client.client_number, "storecode": store, "points": 5, "reason": "touch"}
-            )
-            if client.ledger.get(store, 0) > 1:
-                service.post_account_ledger_payment(
-                    {
-                        "clientNumber": client.client_number,
-                        "storecode": store,
-                        "amount": "0.99",
-                        "paymentType": service.store_payment_types[store][0].code,
-                    }
-                )
-
-    sandbox.call(change)
-
 
 # --- 1. fault storm ------------------------------------------------------------------------------------
 
@@ -145,145 +78,6 @@ def test_fault_storm_night_is_exact_and_retries_bounded(
         f"re-sends of dropped connections = every failed send; none over the bound of 5 retries",
         seconds=round(outcome.seconds, 1),
     )
-
-
-# --- 2. SIGKILL at random moments -----------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_sigkill_at_random_moments_then_rerun(
-    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
-) -> None:
-    sandbox = sandboxes(clients=50, seed=2)
-    how = "exec" if KILL_WITH_PREFECT else "fork"
-    extra = {"MEMBERSYNC_PREFECT": "on"} if KILL_WITH_PREFECT else {}
-    kept = Workspace(tmp_root / "kept", sandbox.url, ANCHOR, batch_size=10, extra_env=extra)
-    reference = kept.sync(how=how)
-    assert_ok(reference)
-    truth.assert_night_exact(sandbox, kept.data_dir, ANCHOR)
-    digest = reports_digest(kept.data_dir, ANCHOR)
-    full_time = reference.seconds
-    rng = random.Random(20261121)
-    tally = {"exact": 0, "duplicates": 0, "unreadable": 0, "temp_left": 0, "exact_after_kill": 0}
-    hit = {"before commit": 0, "after commit": 0}
-    started = time.monotonic()
-    for i in range(KILLS):
-        # Even cycles: a rerun of a committed night is killed (readers must still see that night);
-        # odd cycles: the very first night of a fresh data dir is killed.
-        ws = (
-            kept
-            if i % 2 == 0
-            else Workspace(tmp_root / f"fresh{i}", sandbox.url, ANCHOR, batch_size=10, extra_env=extra)
-        )
-        before = ws.data_dir.manifests / f"{ANCHOR}.json"
-        run_id = json.loads(before.read_text())["run_id"] if before.exists() else None
-        moment = rng.uniform(0.05, 1.0) * full_time
-        running = ws.start(how=how)
-        time.sleep(moment)
-        running.kill_group()
-        killed = running.wait(60)
-        after_kill = inspect(ws.data_dir)
-        tally["unreadable"] += len(after_kill.unreadable)
-        tally["duplicates"] += after_kill.duplicate_keys
-        assert after_kill.missing == [] and after_kill.state_problems == [], after_kill.problems()
-        now_id = json.loads(before.read_text())["run_id"] if before.exists() else None
-        hit["after commit" if now_id not in (None, run_id) else "before commit"] += 1
-        if ws is kept:  # readers still see a whole night: the old one or the new one
-            truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
-            tally["exact_after_kill"] += 1
-        rerun = ws.sync(how=how)
-        assert_ok(rerun)
-        truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
-        health = inspect(ws.data_dir)
-        tally["duplicates"] += health.duplicate_keys
-        tally["unreadable"] += len(health.unreadable)
-        tally["temp_left"] += len(health.temp_files) + len(health.staging_files) + len(health.orphans)
-        assert health.problems() == [], (i, moment, killed.status, health.problems())
-        assert reports_digest(ws.data_dir, ANCHOR) == digest, "a rerun changed the CSV bytes"
-        tally["exact"] += 1
-    elapsed = time.monotonic() - started
-    record(
-        "2 SIGKILL anywhere",
-        f"{KILLS} kills{' (Prefect on)' if KILL_WITH_PREFECT else ''} (seeded, "
-        f"{hit['before commit']} before / {hit['after commit']} after the "
-        f"killed run's commit): {tally['exact']}/{KILLS} reruns exact and byte-identical, "
-        f"{tally['duplicates']} duplicate keys, {tally['unreadable']} unreadable files, "
-        f"{tally['temp_left']} temporary files left; readers saw a whole night after "
-        f"{tally['exact_after_kill']}/{(KILLS + 1) // 2} kills of a rerun",
-        seconds=round(elapsed, 1),
-        full_run_s=round(full_time, 1),
-    )
-
-
-# --- 3. crash at named points ------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_crash_at_every_named_point_recovers(
-    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
-) -> None:
-    sandbox = sandboxes(clients=60, seed=3)
-    ws = Workspace(tmp_root, sandbox.url, ANCHOR, batch_size=15)
-    results: dict[str, str] = {}
-    previous: dict[str, str] = {}
-    last: tuple[dt.date, truth.Reports] | None = None
-    for k, point in enumerate(POINTS):
-        night = ANCHOR - dt.timedelta(days=len(POINTS) - 1 - k)  # one night per point, up to today
-        if k:
-            touch_sandbox(sandbox, 5, salt=k)
-        try:
-            results[point] = _crash_and_recover(sandbox, ws, point, night, previous, last)
-            last = (night, truth.truth_of(sandbox, night))
-        except AssertionError as exc:
-            results[point] = "FAILED: " + str(exc).splitlines()[0][:200]
-            assert_ok(ws.sync(ws.argv(night)))  # leave a committed night for the next point
-            last = (night, truth.assert_night_exact(sandbox, ws.data_dir, night))
-        previous = published_digest(ws.data_dir)
-    ok = sum(not r.startswith("FAILED") for r in results.values())
-    record(
-        "3 crash at named points",
-        f"{ok}/{len(POINTS)} recover exact, state never ahead of the manifests: "
-        + "; ".join(f"{p}: {r}" for p, r in results.items()),
-    )
-    assert ok == len(POINTS), results
-
-
-def _crash_and_recover(
-    sandbox: RunningSandbox,
-    ws: Workspace,
-    point: str,
-    night: dt.date,
-    previous: dict[str, str],
-    last: tuple[dt.date, truth.Reports] | None,
-) -> str:
-    # the 2nd batch of the first night (so the rerun resumes), the first time everywhere else
-    where = f"{point}:2" if point == "after_batch_landed" else point
-    crashed = ws.sync(ws.argv(night), env=ws.env(MEMBERSYNC_CRASH_AT=where))
-    assert crashed.status == -9, f"crash point {point} was not reached (exit {crashed.status})"
-    health = inspect(ws.data_dir)
-    assert health.unreadable == [] and health.missing == [] and health.duplicate_keys == 0, health
-    assert state_problems(ws.data_dir) == [], state_problems(ws.data_dir)
-    # committed nights before this one are untouched, and readers still see the last whole night
-    now = published_digest(ws.data_dir)
-    changed = sorted(p for p in previous if previous[p] != now.get(p) and _night_of(p) != night)
-    assert changed == [], f"a crash changed published files of earlier nights: {changed[:5]}"
-    if last is not None:
-        problems = truth.report_differences(truth.warehouse_reports(ws.data_dir, last[0]), last[1])
-        problems += truth.csv_differences(ws.data_dir, last[0], last[1])
-        assert problems == [], problems[:5]
-    rerun = ws.sync(ws.argv(night))
-    assert_ok(rerun)
-    truth.assert_night_exact(sandbox, ws.data_dir, night)
-    assert_clean(ws)
-    reused = rerun.summary_value("batches") or ""
-    return "exact" + (f" ({reused.split(' (')[-1].rstrip(')')})" if "reused" in reused else "")
-
-
-def _night_of(relative: str) -> dt.date | None:
-    for part in relative.replace(".json", "").split("/"):
-        with contextlib.suppress(ValueError):
-            return dt.date.fromisoformat(part.removeprefix("snapshot_date="))
-    return None
 
 
 # --- 4. reruns ----------------------------------------------------------------------------------------
@@ -595,96 +389,6 @@ def test_disk_full_fails_clearly_and_keeps_previous_night(
     )
 
 
-# --- 11. secrets ---------------------------------------------------------------------------------------
-
-USERNAME = "canary-user-5Hq"
-PASSWORD = "Cn4ry+P@ss/wörd 77!"
-
-
-def _plant_canaries(service: Any) -> dict[str, str]:
-    """Canary values in every secret field the service holds; returns name -> value."""
-    planted: dict[str, str] = {}
-    for i, cred in enumerate(service.credentials):
-        cred.username = planted[f"cred{i}.username"] = f"CANARYCREDUSER{i:03d}"
-        cred.password = planted[f"cred{i}.password"] = f"CANARYCREDPASS{i:03d}"
-        cred.api_key = planted[f"cred{i}.apiKey"] = f"CANARYAPIKEY{i:03d}"
-    for i, account in enumerate(service.billing_accounts.values()):
-        if account.type == "CARD":
-            account.token_id = planted[f"ba{i}.tokenId"] = f"CANARYTOKEN{i:04d}"
-            account.vault_token = planted[f"ba{i}.vaultToken"] = f"CANARYVAULT{i:04d}"
-        else:
-            account.account_no = planted[f"ba{i}.accountNo"] = f"7319{i:06d}5517"
-            account.routing_no = planted[f"ba{i}.routingNo"] = f"93{i:04d}571"
-    return planted
-
-
-def _needles(planted: dict[str, str]) -> dict[str, bytes]:
-    needles = {name: value.encode() for name, value in planted.items()}
-    needles["password"] = PASSWORD.encode()
-    needles["username"] = USERNAME.encode()
-    needles["base64(user:password)"] = base64.b64encode(f"{USERNAME}:{PASSWORD}".encode())
-    needles["base64(password)"] = base64.b64encode(PASSWORD.encode()).rstrip(b"=")
-    needles["urlencoded(password)"] = quote(PASSWORD, safe="").encode()
-    needles["urlencoded+(password)"] = quote(PASSWORD, safe="").replace("%20", "+").encode()
-    return needles
-
-
-def _texts_of(path: Path) -> list[bytes]:
-    """What a file says: raw bytes, plus decoded cells for Parquet and DuckDB (compressed on disk)."""
-    out = [path.read_bytes()]
-    if path.suffix == ".parquet":
-        out.append(json.dumps(pq.read_table(path).to_pylist(), default=str).encode())
-    elif path.name.endswith(".duckdb"):
-        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
-            tables = con.execute(
-                "SELECT table_catalog, table_schema, table_name FROM information_schema.tables"
-            ).fetchall()
-            for catalog, schema, name in tables:
-                rows = con.execute(f'SELECT * FROM "{catalog}"."{schema}"."{name}"').fetchall()
-                out.append(repr(rows).encode())
-    elif path.suffix == ".db":
-        import sqlite3
-
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
-            out.append("\n".join(con.iterdump()).encode())
-    return out
-
-
-@pytest.mark.slow
-def test_secrets_never_written_anywhere(sandboxes: Callable[..., RunningSandbox], tmp_root: Path) -> None:
-    sandbox = sandboxes(clients=60, seed=11, fault_rate=0.05, username=USERNAME, password=PASSWORD)
-    planted = sandbox.call(_plant_canaries)
-    assert len(planted) > 20
-    ws = Workspace(tmp_root, sandbox.url, ANCHOR, username=USERNAME, password=PASSWORD)
-    debug_log = tmp_root / "out" / "debug.log"
-    assert_ok(ws.sync(log_file=debug_log))
-    assert debug_log.stat().st_size > 10_000, "DEBUG logging did not reach the log file"
-    prefect_env = ws.env(
-        MEMBERSYNC_PREFECT="on",
-        PREFECT_LOGGING_LEVEL="DEBUG",
-        PREFECT_LOGGING_ROOT_LEVEL="DEBUG",
-        PREFECT_LOGGING_EXTRA_LOGGERS="membersync,httpx,httpcore,aiohttp",
-    )
-    with_prefect = ws.sync(how="exec", env=prefect_env, timeout=600)
-    assert_ok(with_prefect)
-    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
-    needles = _needles(planted)
-    hits, scanned = [], 0
-    for path in sorted(p for p in tmp_root.rglob("*") if p.is_file()):
-        scanned += 1
-        for text in _texts_of(path):
-            hits += [f"{path.relative_to(tmp_root)}: {name}" for name, n in needles.items() if n in text]
-    assert sandbox.stats.faults_injected > 0
-    assert list(ws.prefect_home.rglob("*.db")), "Prefect's database was not where expected"
-    assert sorted(set(hits)) == [], sorted(set(hits))[:20]
-    record(
-        "11 secrets",
-        f"{len(needles)} canaries (every secret field, password plain / base64(user:password) / "
-        f"URL-encoded), DEBUG logs, {sandbox.stats.faults_injected} faults, with and without Prefect: "
-        f"0 hits in {scanned} files (Parquet and DuckDB decoded, CSVs, logs, PREFECT_HOME)",
-    )
-
-
 # --- 12. file permissions ------------------------------------------------------------------------------
 
 
@@ -741,54 +445,4 @@ def test_bad_configuration_one_line_exit_2_nothing_written(
         "13 bad configuration",
         f"{len(cases)}/{len(cases)} cases exit 2 with one line, nothing written: "
         + "; ".join(f"{k}: '{v.removeprefix('error: ')[:70]}'" for k, v in lines.items()),
-    )
-
-
-# --- 1-3 again, the way production runs: Prefect on -----------------------------------------------------
-
-
-@pytest.mark.slow
-def test_with_prefect_on_a_fault_storm_a_sigkill_and_a_crash_point_recover_exact(
-    sandboxes: Callable[..., RunningSandbox], tmp_root: Path
-) -> None:
-    """The default path (Prefect's flow and tasks on its ephemeral server), once per scenario:
-    a fault storm night; a SIGKILL of the whole process group at a seeded random moment, then
-    the rerun; a crash at a named point (before the commit), then the rerun. Exact each time."""
-    sandbox = sandboxes(clients=60, seed=11, fault_rate=0.05, rate=150.0, burst=20.0)
-    ws = Workspace(tmp_root, sandbox.url, ANCHOR, batch_size=15, extra_env={"MEMBERSYNC_PREFECT": "on"})
-    first = ANCHOR - dt.timedelta(days=2)
-    storm = ws.sync(ws.argv(first), how="exec")
-    assert_ok(storm)
-    truth.assert_night_exact(sandbox, ws.data_dir, first)
-    faults = sum(sandbox.stats.faults[k] for k in ("error_500", "unavailable_503", "html_502", "dropped"))
-    assert faults > 0
-
-    first_truth = truth.truth_of(sandbox, first)  # before the service changes again
-    second = ANCHOR - dt.timedelta(days=1)
-    touch_sandbox(sandbox, 5, salt=21)
-    moment = random.Random(20261123).uniform(0.3, 0.9) * storm.seconds
-    running = ws.start(ws.argv(second), how="exec")
-    time.sleep(moment)
-    running.kill_group()
-    running.wait(60)
-    health = inspect(ws.data_dir)
-    assert health.unreadable == [] and health.missing == [] and health.duplicate_keys == 0, health
-    # readers still see the last whole night, as it was
-    assert truth.report_differences(truth.warehouse_reports(ws.data_dir, first), first_truth) == []
-    assert_ok(ws.sync(ws.argv(second), how="exec"))
-    truth.assert_night_exact(sandbox, ws.data_dir, second)
-
-    touch_sandbox(sandbox, 5, salt=22)
-    crashing = ws.start(ws.argv(ANCHOR), how="exec", env=ws.env(MEMBERSYNC_CRASH_AT="before_commit"))
-    crashed = crashing.wait(600)
-    crashing.kill_group()  # the crash point kills the sync alone: its Prefect server is left over
-    assert crashed.status == -9, f"the crash point was not reached (exit {crashed.status})"
-    assert_ok(ws.sync(ws.argv(ANCHOR), how="exec"))
-    truth.assert_night_exact(sandbox, ws.data_dir, ANCHOR)
-    assert_clean(ws)
-    record(
-        "1-3 with Prefect on",
-        f"fault storm ({faults} faults) exact; SIGKILL at {moment:.1f} s then rerun exact; "
-        "crash before_commit then rerun exact; readers saw the last whole night after the kill",
-        seconds=round(storm.seconds, 1),
     )
