@@ -251,3 +251,25 @@ def test_sync_of_a_future_night_is_one_line_exit_2(tmp_path: Path) -> None:
     )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "in the future" in lines[0], proc.stderr
+
+
+def test_a_failed_mypy_stops_the_running_test_suite(tmp_path: Path) -> None:
+    """`membersync check` runs mypy beside pytest; when mypy fails it stops pytest at once
+    (Ctrl-C, so its workers and fixtures clean up) instead of letting it run for minutes."""
+    import time
+
+    from membersync.flows.cli import _stop_tests
+
+    (tmp_path / "test_long.py").write_text("import time\n\ndef test_long():\n    time.sleep(120)\n")
+    tests = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_long.py")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    time.sleep(3)  # collected, and inside the test
+    started = time.monotonic()
+    _stop_tests(tests)
+    assert tests.returncode == 2  # pytest's "interrupted"
+    assert time.monotonic() - started < 60
+    assert b"KeyboardInterrupt" in (tests.stdout.read() if tests.stdout else b"")
