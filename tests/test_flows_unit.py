@@ -273,3 +273,13 @@ def test_a_failed_mypy_stops_the_running_test_suite(tmp_path: Path) -> None:
     assert tests.returncode == 2  # pytest's "interrupted"
     assert time.monotonic() - started < 60
     assert b"KeyboardInterrupt" in (tests.stdout.read() if tests.stdout else b"")
+
+
+def test_the_rate_matrix_measures_each_cell_once() -> None:
+    """Burst ``R`` at 20/s is burst 20: one night, not two (the issue's grid names it twice)."""
+    from membersync.flows.benchmarks.sync import matrix_grid
+
+    grid = matrix_grid([20.0, 50.0], ["1", "20", "R"], [0.0, 20.0], announced=False)
+    assert len(grid) == len(set(grid)) == 10  # 2 rates x 3 bursts x 2 latencies, less (20, 20) twice
+    assert (20.0, 20.0, 0.0, False) in grid and (50.0, 50.0, 20.0, False) in grid
+    assert len(matrix_grid([20.0], ["R"], [0.0], announced=True)) == 2  # silent and announced

@@ -370,6 +370,22 @@ def rate_cell(rate: float, burst: float, latency_ms: float, seconds: float, anno
     )
 
 
+def matrix_grid(
+    rates: list[float], bursts: list[str], latencies: list[float], announced: bool
+) -> list[tuple[float, float, float, bool]]:
+    """The cells (rate, burst, latency, announced) of the matrix, each once: burst ``R`` is the
+    rate itself, so at 20/s bursts ``20`` and ``R`` are one cell, measured once."""
+    grid: list[tuple[float, float, float, bool]] = []
+    for rate in rates:
+        for burst_text in bursts:
+            burst = rate if burst_text == "R" else float(burst_text)
+            for latency in latencies:
+                for announce in (False, True) if announced else (False,):
+                    if (rate, burst, latency, announce) not in grid:
+                        grid.append((rate, burst, latency, announce))
+    return grid
+
+
 def run_rate_matrix(
     rates: list[float],
     bursts: list[str],
@@ -380,21 +396,17 @@ def run_rate_matrix(
 ) -> int:
     """``membersync bench --rate-matrix``: % of the limit held at the server, % 429, retries."""
     cells: list[RateCell] = []
-    for rate in rates:
-        for burst_text in bursts:
-            burst = rate if burst_text == "R" else float(burst_text)
-            for latency in latencies:
-                for announce in (False, True) if announced else (False,):
-                    err.print(
-                        f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
-                        f"{'announced' if announce else 'silent'} ..."
-                    )
-                    cell = rate_cell(rate, burst, latency, seconds, announce)
-                    err.print(
-                        f"  {cell.share_of_limit:.1%} of the limit, {cell.steady_429:.2%} 429 "
-                        f"({cell.share_429:.2%} over the night)"
-                    )
-                    cells.append(cell)
+    for rate, burst, latency, announce in matrix_grid(rates, bursts, latencies, announced):
+        err.print(
+            f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
+            f"{'announced' if announce else 'silent'} ..."
+        )
+        cell = rate_cell(rate, burst, latency, seconds, announce)
+        err.print(
+            f"  {cell.share_of_limit:.1%} of the limit, {cell.steady_429:.2%} 429 "
+            f"({cell.share_429:.2%} over the night)"
+        )
+        cells.append(cell)
     table = Table(title="politeness at the limit (measured at the server)", title_justify="left")
     columns = (
         "rate/s",
