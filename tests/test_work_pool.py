@@ -361,6 +361,8 @@ def test_tenants_on_a_work_pool(
         creds[f"{name.upper()}_USERNAME"] = sb.config.username
         creds[f"{name.upper()}_PASSWORD"] = sb.config.password
     creds["GAMMA_USERNAME"] = sandboxes["alpha"].config.username
+    worker_tmp = tmp_path / "worker-tmp"
+    worker_tmp.mkdir(mode=0o700)
     creds["GAMMA_PASSWORD"] = "not-the-password"  # gamma's night fails (401); the others must not
     client_env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MEMBERSYNC_"))},
@@ -375,6 +377,10 @@ def test_tenants_on_a_work_pool(
         "MEMBERSYNC_BATCH_SIZE": "10",  # big: 12 batches, 3 a shard
         "MEMBERSYNC_SHARD_STALL_SECONDS": "90",  # a shard that never beat (lost before it started)
         "MEMBERSYNC_CACHE_DIR": str(tmp_path / "work"),  # each worker's working dirs (one per tenant)
+        # Prefect's process worker writes each run's environment (the tenants' credentials
+        # included) to TMPDIR/prefect-workspace-attempt-*/workspace.json, and a killed worker leaves
+        # it there: the test's own TMPDIR, removed with it, not the machine's /tmp.
+        "TMPDIR": str(worker_tmp),
         **aws_env,
         **creds,
     }
@@ -459,6 +465,12 @@ def test_tenants_on_a_work_pool(
     for shard_states in by_shard.values():  # another shard taken by the killed worker is lost too
         assert set(shard_states) <= {"COMPLETED", "CRASHED"}, by_shard
         assert shard_states.count("COMPLETED") == 1, by_shard
+
+    # what the killed worker left in its TMPDIR (Prefect's, with the run's environment) is owner-only
+    for leftover in worker_tmp.glob("prefect-workspace-attempt-*"):
+        assert leftover.stat().st_mode & 0o077 == 0, leftover
+        for file in leftover.iterdir():
+            assert file.stat().st_mode & 0o077 == 0, file
 
     # -- exact reports from the bucket; each sandbox's limit held (no 429; per-second counts) ------
     figures = {}
