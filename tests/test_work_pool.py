@@ -379,7 +379,7 @@ def test_tenants_on_a_work_pool(
         "MEMBERSYNC_CACHE_DIR": str(tmp_path / "work"),  # each worker's working dirs (one per tenant)
         # Prefect's process worker writes each run's environment (the tenants' credentials
         # included) to TMPDIR/prefect-workspace-attempt-*/workspace.json, and a killed worker leaves
-        # it there: the test's own TMPDIR, removed with it, not the machine's /tmp.
+        # it there: under the test's tmp_path (pytest removes it after three runs), not /tmp.
         "TMPDIR": str(worker_tmp),
         **aws_env,
         **creds,
