@@ -579,7 +579,9 @@ class ServiceClient:
             result = self._unwrap(prep, data, status)
             if self._announces is not False:
                 self._read_announcement(headers)
-            self.rate.on_success(now)
+            rate = self.rate
+            rate.on_success(now, now - started)
+            self.concurrency.keep_up(rate.rate, now - started)
             success = True
             return result
         finally:

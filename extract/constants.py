@@ -38,6 +38,10 @@ MAX_CONCURRENCY = 128
 INITIAL_CONCURRENCY = 8  # adaptive limit starts here and grows while the server keeps up
 MIN_CONCURRENCY = 1
 CONCURRENCY_DECREASE = 0.75  # multiplicative decrease of the concurrency limit on a 429
+# Once paced, the limit keeps room for rate x latency (Little's law) times this: the pace, not
+# the number in flight, is what keeps us polite, and a starved pace is a longer night.
+CONCURRENCY_HEADROOM = 1.5
+LATENCY_SMOOTHING = 0.05  # weight of each new latency in its moving average
 
 # -- politeness: request rate (see limits.RateLimiter) ------------------------------------
 # Until the first 429 the rate is unlimited (or the explicit cap, or the rate the previous night
@@ -46,10 +50,14 @@ CONCURRENCY_DECREASE = 0.75  # multiplicative decrease of the concurrency limit 
 RATE_MARGIN = 0.02  # pace this far below the estimated limit
 RATE_DECREASE = 0.8  # the cut when a 429 comes before any estimate is possible
 RATE_START = 10.0  # req/s: the first cut when a 429 comes before anything could be measured
-RATE_PROBE_START = 0.5  # growth per second before any estimate (a slow start)
+RATE_PROBE_START = 1.0  # growth per second before any estimate (a slow start: x2.7 a second)
 RATE_PROBE_FAR = 0.2  # growth per second while well below the estimated limit (20 %/s)
 RATE_PROBE_NEAR = 0.002  # growth per second near it: ~10 s from the margin to the limit
-RATE_PROBE_DOUBLING = 2.0  # seconds without a 429 after which the growth near it doubles
+# Near it, once no 429 came for PROBE_QUIET_SECONDS (the estimate may be low: taken over a
+# second that held a slow start's ramp), the growth doubles every RATE_PROBE_DOUBLING seconds:
+# at the limit that draws a 429 about every 10 s, a step back each time.
+PROBE_QUIET_SECONDS = 4.0
+RATE_PROBE_DOUBLING = 2.0
 ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate
 ACCEPT_MIN_SPAN = 0.5  # an estimate needs this many seconds of sending ...
@@ -64,6 +72,9 @@ MIN_RATE = 1.0  # req/s; never slower than this
 # Client-side pacing lets a request leave this many intervals early until the first 429 (timer
 # jitter); after it, none.
 RATE_BURST = 1.0
+# After an isolated 429 a late request no longer takes its missed slot (a one-token bucket
+# refuses the pair), except above this rate, where a late wake-up is a large share of an interval.
+CATCH_UP_KEPT_ABOVE = 100.0  # req/s
 THROUGHPUT_WINDOW = 0.5  # seconds over which the observed throughput is measured
 
 # -- paging ------------------------------------------------------------------------------

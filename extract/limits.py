@@ -13,7 +13,10 @@ so we find it, and stay just under it:
   A ``Retry-After`` pauses **every** request (a shared cool-down), not just the one that
   was refused: the server said it is out of tokens for everyone.
 - :class:`AdaptiveConcurrency` bounds the requests in flight; it shrinks on a 429 and
-  grows by one per "window" of successes while it is the bottleneck (AIMD again).
+  grows while it is the bottleneck: by one per success until the first 429 (a slow start,
+  doubling every round trip), then by one per "window" of successes (AIMD again). Once we
+  pace, it never holds back the pace: it keeps at least what the rate needs at the latency
+  seen (Little's law, ``rate x latency``, with headroom); the rate is the politeness.
 
 Both are cheap per request: a few float operations, and a sleep only when we must wait.
 Everything takes an injectable ``clock`` and ``sleep`` so that tests never wait.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from membersync.extract import constants
@@ -44,27 +47,30 @@ class RateLimiter:
       leaves on time); after an isolated 429 at our pace, neither: a server whose bucket holds
       a single token refuses any two requests closer than its interval.
     * **Finding the limit**: unlimited (or the explicit cap, or the rate a previous night
-      found: ``initial``) until the first 429. On a 429 the server's rate is estimated from
+      found: ``initial``) until the first 429. Unpaced, requests leave in bunches, so that
+      first 429 only sets the pace at what was accepted (a floor: no estimate yet) and the
+      slow start goes on, paced. On a paced 429 the server's rate is estimated from
       what it *accepted* over the last seconds of sending (pauses excluded), the lower of that
       and the rate we were sending at: we were above the limit, so the accepted rate is the
       limit (plus what its bucket held). The pace drops to ``ceiling x (1 - RATE_MARGIN)``,
       once per 429 episode, not halved on every 429. An *isolated* 429 (one in the last
       second, or under ``SUSTAINED_REFUSALS`` of its answers) is jitter at a small bucket, not
       the pace: while such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS``
-      they cost only the pause, above it each is a small step back.
+      they cost only the pause, above it each is a small step back (of the estimate too).
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
-      doubles every second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
+      grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
       night sits just under the limit and meets a 429 (and its ``Retry-After`` pause) rarely;
-      once no 429 came for ``TALLY_SECONDS``, faster and faster (the estimate was too low).
+      once no 429 came for ``PROBE_QUIET_SECONDS``, faster and faster (the estimate was too low).
       The probe only runs while the rate is what holds us back.
     * **A server that announces its limit** (:meth:`on_announced`) is obeyed exactly: its rate
       becomes the cap, and an exhausted quota pauses every request until it resets.
     * The refused request waits its ``Retry-After``; every other request pauses too (a shared
       cool-down): for the whole ``Retry-After`` when it is long (the server is out for a
       while), for two intervals at the new pace when it is a token bucket's rounded-up second.
-      A pause is never shorter than ``MIN_PAUSE``, so a ``Retry-After: 0`` or a date in the past
-      cannot make us spin.
+      Unpaced, a pause is never shorter than ``MIN_PAUSE``, so a ``Retry-After: 0`` or a date
+      in the past cannot make us spin; paced, the pace keeps us from spinning (and 50 ms a
+      429 would cost a quarter of the pace at 500 req/s).
     """
 
     def __init__(
@@ -98,6 +104,8 @@ class RateLimiter:
         self.cooldown_until = 0.0
         self._last_decrease = 0.0
         self._last_refusal: float | None = None  # when the last 429 came
+        self._streak_start = 0.0  # when the 429s of the current streak began
+        self._latency = 0.0  # seconds, a moving average of the successes' latency
         self._last_grow: float | None = None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
@@ -154,9 +162,12 @@ class RateLimiter:
 
     # -- after an answer -------------------------------------------------------------------
 
-    def on_success(self, now: float) -> None:
-        """A successful answer at ``now``: counts for the estimate, and may grow the rate."""
+    def on_success(self, now: float, latency: float | None = None) -> None:
+        """A successful answer at ``now`` (``latency`` s after it was sent): counts for the
+        estimate, and may grow the rate."""
         self._count_accepted(now)
+        if latency is not None:
+            self._latency += (latency - self._latency) * constants.LATENCY_SMOOTHING
         self._tally_answer(now, refused=0)
         start = self._window_start
         if start is None:
@@ -180,15 +191,15 @@ class RateLimiter:
         ceiling = self.ceiling
         if ceiling is not None and rate > ceiling and self.announced is None:
             ceiling = self.ceiling = rate  # past the estimate without a refusal: it was low
-        if ceiling is None:  # no estimate yet (a rough first cut): double every second
+        if ceiling is None:  # no estimate yet (a rough first cut): x2.7 a second
             growth = constants.RATE_PROBE_START
         elif rate >= ceiling * (1 - 2 * constants.RATE_MARGIN):
-            # Near the estimate, slowly; once no 429 came for TALLY_SECONDS, faster and faster
+            # Near the estimate, slowly; once no 429 came for PROBE_QUIET_SECONDS, faster and faster
             # (doubling every RATE_PROBE_DOUBLING s, up to RATE_PROBE_FAR): an estimate taken at
             # a bad moment (discovery's burst emptying a bucket) must not hold a night far under
             # the limit, and at the limit a 429 comes well before then.
             since = now - (self._last_refusal if self._last_refusal is not None else now)
-            quiet = min(max(0.0, since - constants.TALLY_SECONDS) / constants.RATE_PROBE_DOUBLING, 16.0)
+            quiet = min(max(0.0, since - constants.PROBE_QUIET_SECONDS) / constants.RATE_PROBE_DOUBLING, 16.0)
             growth = min(constants.RATE_PROBE_FAR, constants.RATE_PROBE_NEAR * 2.0**quiet)
         else:
             growth = constants.RATE_PROBE_FAR
@@ -197,6 +208,8 @@ class RateLimiter:
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
+        if self._last_refusal is None or now - self._last_refusal > constants.ACCEPT_WINDOW:
+            self._streak_start = now  # the first 429 after a quiet second: the bucket is empty
         self._refused.append(now)
         self._last_refusal = now
         self._tally_answer(now, refused=1)
@@ -204,15 +217,23 @@ class RateLimiter:
         # Paced at an estimate, yet refused. (In the slow start, before any estimate, the first
         # 429 is the limit found, not jitter.)
         isolated = self.ceiling is not None and self.rate is not None and self._isolated_refusal(now)
-        self._pause(now, self._shared_pause(retry_after))
+        # Paced, the pause is two intervals even after a Retry-After of 0: the pace keeps us from
+        # spinning, and each 429's MIN_PAUSE would cost a quarter of the pace at 500 req/s.
+        floor = min(constants.MIN_PAUSE, 2.0 / self.rate) if self.rate is not None else constants.MIN_PAUSE
+        self._pause(now, self._shared_pause(retry_after), floor)
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
+        previous = self._last_decrease
         if isolated:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
             # end, timer jitter, a moment of low demand then a burst), not a pace above its
             # limit, which refuses a steady share. At a bucket that small no two requests leave
-            # closer than the interval from now on.
-            self._catch_up = self._early = 0.0
+            # closer than the interval from now on, where that costs little: each late wake-up
+            # of the loop (0.3-1 ms) is then pace lost, a third of it at 500 req/s, where no
+            # event loop paces a one-token bucket anyway (and a larger bucket absorbs a pair).
+            self._early = 0.0
+            if self.rate is not None and self.rate <= constants.CATCH_UP_KEPT_ABOVE:
+                self._catch_up = 0.0
             rare = self._tally_refused_share() < constants.REFUSALS_TOLERATED
             if accepted is not None and (self.announced is not None or rare):
                 # At the pace the server announced, its word stands; and while such refusals stay
@@ -224,23 +245,61 @@ class RateLimiter:
         self._last_grow = now
         self.decreases += 1
         if accepted is not None and self.rate is not None and isolated:
-            # Isolated refusals, but more than a few: a small step back; the estimate stays.
-            self.rate = self._capped(self.rate * (1 - constants.RATE_MARGIN / 2))
+            # Isolated refusals, but more than a few: a small step back. When they are more than
+            # twice what we tolerate, the estimate comes down with the pace: it is too high
+            # (else the fast probe far below it would undo the steps, and a night would circle
+            # above the limit, a refusal and a pause at a time: 80 % of 500 req/s at burst 5,
+            # measured); fewer are jitter, and lowering the estimate on each would sink the pace
+            # (89 % of 20 req/s at burst 1, measured).
+            # The step is the share refused, at least RATE_MARGIN / 2: above the limit by x %,
+            # about x % of what we send is refused (at 20 req/s, burst 5: one 429 every few
+            # seconds, each "isolated", 3 % of the answers, at a pace 5 % above the limit).
+            # And when the server plainly took less than our pace over the last second, down to
+            # what it took: a big bucket lets a probe run above the limit for many seconds
+            # before refusing once (5 % above, at 20 req/s, burst 20).
+            share = self._tally_refused_share()
+            step = max(constants.RATE_MARGIN / 2, min(share, constants.RATE_MARGIN * 4))
+            lower = self.rate * (1 - step)
+            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN):
+                lower = max(min(lower, accepted), self.rate * (1 - 4 * constants.RATE_MARGIN))
+            self.rate = self._capped(lower)
+            too_many = share >= 2 * constants.REFUSALS_TOLERATED
+            if too_many and self.ceiling is not None and self.announced is None:
+                self.ceiling = min(self.ceiling, self.rate / (1 - constants.RATE_MARGIN))
             return True
         if accepted is not None:
             # We were sending above the limit, so what it accepted is the limit (at most): over
-            # the last second, or now (what we send, less the share refused), whichever is more:
-            # a slow start that just passed the limit accepted less than the limit on average.
+            # the last second, or now (what we send, less the share refused since the last cut:
+            # the refusals of an earlier pace say nothing of this one), whichever is more: a
+            # slow start that just passed the limit accepted less than the limit on average.
             rate = self.rate
-            level = (
-                accepted if rate is None else min(rate, max(accepted, rate * (1 - self._refused_share(now))))
-            )
+            if rate is None:
+                # Unpaced until now: the requests left as fast as the concurrency let them, in
+                # bunches, and a bunch larger than the server's bucket is refused whatever its
+                # rate. What it accepted is a floor, not its limit: pace there and keep probing
+                # fast (no ceiling); the next 429, paced and smooth, measures the limit.
+                self.rate = self._capped(accepted * (1 - constants.RATE_MARGIN))
+                return True
+            # While 429s keep coming the server's bucket stays empty and it takes exactly its rate:
+            # counted from a round trip after the streak began (a 429 may come back at once, the
+            # answers to what was sent before it a latency later), what it accepted leaves out
+            # the tokens its bucket held before (which made the last second's count 2-3x the
+            # limit, at 20 req/s, burst 20, 200 ms, and the pace came down 2 % a round trip).
+            emptied = self._streak_start + self._latency
+            accepted = self._accepted_rate(now, since=emptied) or accepted
+            level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
             self.ceiling = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
-        # Too few answers for an estimate (the very first 429s): a plain cut of what we were
-        # doing, and no ceiling, so the rate probes up fast until a real estimate exists.
+        # Too few answers for an estimate (the very first 429s, or a slow start at a low rate
+        # passing the limit within half a second): a plain cut of what we were doing. Refused
+        # while paced, that pace bounds the limit from above: the probe climbs back fast to
+        # just under it, then slowly, and the next 429 (with answers enough) measures it.
+        # Without the bound the slow start ran past the limit again and again, each time too
+        # soon for an estimate (82 % of 20 req/s at burst 1, measured).
         rough = self.rate if self.rate is not None else self._rough_rate(now)
+        if self.rate is not None and self.announced is None:
+            self.ceiling = min(self.ceiling, self.rate) if self.ceiling is not None else self.rate
         self.rate = self._capped(rough * constants.RATE_DECREASE)
         return True
 
@@ -274,8 +333,8 @@ class RateLimiter:
             if self.announced is None or reset > constants.SHARED_PAUSE_FULL:
                 self._pause(now, reset)
 
-    def _pause(self, now: float, seconds: float) -> None:
-        until = now + max(seconds, constants.MIN_PAUSE)
+    def _pause(self, now: float, seconds: float, floor: float = constants.MIN_PAUSE) -> None:
+        until = now + max(seconds, floor)
         if until > self.cooldown_until:
             start = max(now, self.cooldown_until)
             self.cooldown_until = until
@@ -294,10 +353,12 @@ class RateLimiter:
         while accepted[0] < horizon:
             accepted.popleft()
 
-    def _accepted_rate(self, now: float) -> float | None:
+    def _accepted_rate(self, now: float, since: float | None = None) -> float | None:
         """Answers accepted per second of sending over the last ACCEPT_WINDOW s (None: too few).
 
-        Time spent in a shared pause is not sending time: it is left out of the span.
+        Time spent in a shared pause is not sending time: it is left out of the span. With
+        ``since`` (a streak of 429s began then: the server's bucket is empty), only the answers
+        since then, over the whole span.
         """
         accepted, pauses = self._accepted, self._pauses
         horizon = now - constants.ACCEPT_WINDOW
@@ -305,14 +366,20 @@ class RateLimiter:
             accepted.popleft()
         while pauses and pauses[0][1] < horizon:
             pauses.popleft()
-        if len(accepted) < constants.ACCEPT_MIN_COUNT:
+        times: Sequence[float] = accepted
+        streak = since is not None and since > horizon
+        if streak:
+            times = [t for t in accepted if t >= since]
+        if len(times) < constants.ACCEPT_MIN_COUNT:
             return None
-        first = accepted[0]
-        paused = sum(max(0.0, min(end, now) - max(start, first)) for start, end in pauses)
+        first = times[0]
+        # (In a streak of 429s the pauses are short, and the bucket refills while we pause:
+        # what it accepts is its rate over the whole span.)
+        paused = 0.0 if streak else sum(max(0.0, min(end, now) - max(start, first)) for start, end in pauses)
         span = now - first - paused
         if span < constants.ACCEPT_MIN_SPAN:
             return None
-        return (len(accepted) - 1) / span
+        return (len(times) - 1) / span
 
     def _tally_answer(self, now: float, refused: int) -> None:
         second, tally = int(now), self._tally
@@ -329,11 +396,16 @@ class RateLimiter:
         answers = sum(entry[1] for entry in self._tally)
         return sum(entry[2] for entry in self._tally) / answers if answers else 1.0
 
-    def _refused_share(self, now: float) -> float:
-        """Share of the answers of the last ACCEPT_WINDOW s that were 429s."""
+    def _refused_share(self, now: float, since: float | None = None) -> float:
+        """Share of the answers of the last ACCEPT_WINDOW s (and since ``since``) that were 429s."""
         refused, horizon = self._refused, now - constants.ACCEPT_WINDOW
         while refused and refused[0] < horizon:
             refused.popleft()
+        if since is not None and since > horizon:
+            count = sum(1 for t in refused if t > since)
+            total = count + sum(1 for t in self._accepted if t > since)
+            if total >= constants.ACCEPT_MIN_COUNT:  # (too few since: the whole window)
+                return count / total
         total = len(refused) + len(self._accepted)
         return len(refused) / total if total else 1.0
 
@@ -419,7 +491,9 @@ def _policy_window(policy: str | None) -> float | None:
 
 
 class AdaptiveConcurrency:
-    """A semaphore whose size adapts: x ``CONCURRENCY_DECREASE`` on 429, +1 per window of successes."""
+    """A semaphore whose size adapts: x ``CONCURRENCY_DECREASE`` on 429; while saturated, +1 per
+    success until the first 429 (slow start), then +1 per window of successes; never below what
+    the client's pace needs at the latency seen (:meth:`keep_up`)."""
 
     def __init__(
         self,
@@ -439,6 +513,8 @@ class AdaptiveConcurrency:
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._last_decrease = float("-inf")
+        self._slow_start = adaptive  # until the first 429: +1 per success, not per window
+        self._latency = 0.0  # seconds, a moving average of the successful requests' latency
 
     async def acquire(self) -> None:
         if self.in_flight < int(self.limit) and not self._waiters:
@@ -459,7 +535,8 @@ class AdaptiveConcurrency:
         # grow only while the limit is the bottleneck (requests waiting, or every slot taken)
         saturated = self._waiters or self.in_flight >= int(self.limit)
         if success and saturated and self.adaptive and self.limit < self.maximum:
-            self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
+            step = 1.0 if self._slow_start else 1.0 / self.limit
+            self.limit = min(float(self.maximum), self.limit + step)
         self.in_flight -= 1
         self._wake()
 
@@ -467,7 +544,22 @@ class AdaptiveConcurrency:
         if not self.adaptive or started < self._last_decrease:
             return
         self._last_decrease = now
+        self._slow_start = False
         self.limit = max(float(self.minimum), self.limit * constants.CONCURRENCY_DECREASE)
+
+    def keep_up(self, rate: float | None, latency: float) -> None:
+        """A success that took ``latency`` s while the client paces at ``rate`` req/s (None: not
+        paced): keep room for ``rate x latency`` requests in flight (Little's law) with
+        ``CONCURRENCY_HEADROOM``, so that the pace, which is the politeness, is never starved
+        by a limit cut at a 429 or grown too slowly at a far server (at 500 req/s and 200 ms,
+        100 in flight)."""
+        self._latency += (latency - self._latency) * constants.LATENCY_SMOOTHING
+        if rate is None or not self.adaptive:
+            return
+        needed = min(float(self.maximum), rate * self._latency * constants.CONCURRENCY_HEADROOM + 2.0)
+        if needed > self.limit:
+            self.limit = needed
+            self._wake()
 
     def _wake(self) -> None:
         waiters = self._waiters

@@ -516,7 +516,12 @@ def test_rate_limiter_paces_at_its_rate() -> None:
     assert t.sleeps == [pytest.approx(0.01)] * 18
 
 
-def test_a_429_sets_the_pace_just_under_what_the_server_accepted() -> None:
+def test_case_an_unpaced_429_is_a_floor_and_the_paced_one_measures_the_limit() -> None:
+    """Unpaced, requests leave in bunches as the concurrency allows: a bunch larger than the
+    server's bucket is refused whatever its rate (at 500 req/s, burst 20: 104/s accepted, and
+    a night held near it). So the first 429 sets the pace at what was accepted, without an
+    estimate: the slow start goes on, paced and smooth, until the server refuses again; that
+    429 measures the limit."""
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     assert limiter.rate is None  # unlimited until the server objects
@@ -524,13 +529,29 @@ def test_a_429_sets_the_pace_just_under_what_the_server_accepted() -> None:
         limiter.on_success(t.now)
         t.now += 0.005
     assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0)
-    assert limiter.ceiling == pytest.approx(200, rel=0.03)  # estimated, not halved
-    assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
+    assert limiter.ceiling is None  # a floor, not an estimate
+    assert limiter.rate == pytest.approx(200 * (1 - constants.RATE_MARGIN), rel=0.03)
     first = limiter.rate
     # the other requests in flight at that moment get their 429 too: no further cut
     assert not limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
     assert limiter.rate == first
-    assert limiter.cooldown_until == pytest.approx(t.now + 1.0)
+    assert limiter.cooldown_until == pytest.approx(t.now + 1.0)  # unpaced: its Retry-After
+    # paced from here at a server of 300 req/s, burst 1: the slow start passes 300, a 429 again
+    # (one too soon for an estimate, under ACCEPT_MIN_SPAN of answers, is a plain cut under a
+    # bound), and the 429s that follow measure the limit
+    t.now, tokens, last = limiter.cooldown_until, 1.0, limiter.cooldown_until
+    end = t.now + 5.0
+    while t.now < end:
+        t.now = max(t.now, limiter.cooldown_until)
+        tokens, last = min(1.0, tokens + (t.now - last) * 300.0), t.now
+        if tokens >= 1.0:
+            tokens -= 1.0
+            limiter.on_success(t.now)
+        else:
+            limiter.on_rate_limited(started=t.now, retry_after=1.0)
+        t.now += 1 / limiter.rate
+    assert limiter.ceiling == pytest.approx(300, rel=0.05)
+    assert 0.95 * 300 <= limiter.rate <= 1.01 * 300  # at the limit, give or take the probe
 
 
 def test_the_rate_probes_fast_far_below_the_limit_and_slowly_near_it() -> None:
@@ -555,7 +576,7 @@ def test_a_429_before_any_estimate_cuts_multiplicatively() -> None:
     limiter = RateLimiter(cap=40.0, clock=t.clock, sleep=t.sleep)
     assert limiter.on_rate_limited(started=t.now, retry_after=None)
     assert limiter.rate == pytest.approx(40.0 * constants.RATE_DECREASE)
-    assert limiter.ceiling is None  # no estimate yet: the rate probes up fast
+    assert limiter.ceiling == 40.0  # no estimate yet, but refused at 40/s: a bound to probe under
 
 
 @pytest.mark.parametrize("retry_after", [0.0, None])
@@ -639,15 +660,17 @@ def test_an_announced_limit_is_obeyed_exactly_and_an_empty_quota_pauses() -> Non
 
 def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() -> None:
     """Jitter (two requests arriving together at a small bucket) can draw a 429 at the announced
-    pace: the server's word stands. Without an announcement the same refusal is a small step back."""
+    pace: the server's word stands. Without an announcement the same refusal (the third in 10 s,
+    not rare) is a small step back."""
     t = FakeTime()
     announced = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     guessed = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     announced.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
     guessed.rate, guessed.ceiling = announced.rate, 40.0  # (an estimate of its own)
-    for _ in range(400):  # ten seconds at the pace, every request accepted
+    for i in range(400):  # ten seconds at the pace, two requests refused in the first nine
         for limiter in (announced, guessed):
             limiter._count_accepted(t.now)
+            limiter._tally_answer(t.now, refused=int(i in (100, 200)))
         t.now += 0.025
     pace = announced.rate
     assert announced.on_rate_limited(started=t.now - 0.01, retry_after=1.0) is False  # no cut
@@ -687,8 +710,9 @@ def test_case_a_lone_429_at_a_one_token_bucket_stops_the_pace_catching_up() -> N
     assert min(before) < 0.7 * interval  # caught up: a pair closer than the interval
     pace = limiter.rate
     assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0) is True
-    assert limiter.ceiling == ceiling  # the estimate stands: a small step back only
-    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2))
+    # a small step back only (the share refused: 1 of 41 answers), not down to what we sent
+    assert limiter.ceiling == pytest.approx(ceiling, rel=0.03)
+    assert limiter.rate == pytest.approx(pace * (1 - 1 / 41), rel=0.005)
     after = run(gaps(40))
     assert min(after) >= 0.999 / limiter.rate  # never closer than the interval again
 
@@ -741,7 +765,7 @@ def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace
 def test_case_an_estimate_too_low_is_left_behind_once_no_429_comes() -> None:
     """An estimate taken at a bad moment (discovery's burst emptying a bucket of 20 at 500/s:
     19 % of the limit, measured) held the night there: the probe near an estimate is slow. Once
-    no 429 came for TALLY_SECONDS it speeds up (doubling every RATE_PROBE_DOUBLING s)."""
+    no 429 came for PROBE_QUIET_SECONDS it speeds up (doubling every RATE_PROBE_DOUBLING s)."""
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.rate, limiter.ceiling = 98.0, 100.0
@@ -753,8 +777,8 @@ def test_case_an_estimate_too_low_is_left_behind_once_no_429_comes() -> None:
             limiter.on_success(t.now)
             t.now += 1 / limiter.rate
 
-    at_pace(constants.TALLY_SECONDS)  # the first seconds after a 429: slowly
-    assert limiter.rate < 98.0 * (1 + 1.1 * constants.TALLY_SECONDS * constants.RATE_PROBE_NEAR)
+    at_pace(constants.PROBE_QUIET_SECONDS)  # the first seconds after a 429: slowly
+    assert limiter.rate < 98.0 * (1 + 1.1 * constants.PROBE_QUIET_SECONDS * constants.RATE_PROBE_NEAR)
     at_pace(15.0)  # then faster and faster
     assert limiter.rate > 200.0
 
@@ -778,6 +802,90 @@ def test_explicit_rate_cap_is_never_exceeded() -> None:
     for i in range(10_000):
         limiter.on_success(i / 1000)
     assert limiter.rate == 50.0
+
+
+def test_case_a_streak_of_429s_measures_the_limit_without_the_bucket() -> None:
+    """A big bucket lets the slow start run far past the limit; the last second's answers then
+    hold the bucket's tokens too (at 20 req/s, burst 20, 200 ms: 50-60 accepted a second, and
+    the pace came down 2 % a round trip). Counted from a round trip after the streak of 429s
+    began, the server took its rate: that is the estimate."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=36.0, clock=t.clock, sleep=t.sleep)
+    for _ in range(30):  # the bucket's tokens: answers at 60/s for half a second
+        limiter.on_success(t.now, latency=0.2)
+        t.now += 1 / 60
+    limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0)  # the bucket is empty
+    end = t.now + 0.8
+    while t.now < end:  # then it takes 20/s of the ~34/s we send, refusing the rest
+        limiter.on_success(t.now, latency=0.2)
+        for _ in range(2 if int(t.now * 20) % 3 else 1):
+            limiter._refused.append(t.now)
+        t.now += 1 / 20
+    assert limiter._accepted_rate(t.now) > 24.0  # the last second, the bucket's tokens included
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    assert limiter.ceiling == pytest.approx(20.0, rel=0.08)
+    assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
+
+
+def test_case_a_paced_429_pauses_two_intervals_not_50_ms() -> None:
+    """Every 429 paused everyone at least MIN_PAUSE (50 ms, 25 slots at 500 req/s): at a small
+    bucket, where a 429 comes every second or so, a quarter of the pace. Paced, the shared
+    pause is two intervals, even after a Retry-After of 0 (the pace keeps us from spinning)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=500.0, clock=t.clock, sleep=t.sleep)
+    for retry_after in (1.0, 0.0):
+        pace = limiter.rate
+        assert pace is not None
+        t.now = limiter.cooldown_until + 1.0
+        limiter.on_rate_limited(started=t.now - 0.001, retry_after=retry_after)
+        assert limiter.cooldown_until - t.now == pytest.approx(2 / pace)
+        assert limiter.cooldown_until - t.now < constants.MIN_PAUSE / 5
+
+
+def test_case_a_paced_client_keeps_room_for_rate_times_latency() -> None:
+    """Once paced, the number in flight never starves the pace (500 req/s at 200 ms needs 100 in
+    flight; the window growth of +1 per round trip left a night at 73 % of the limit): the
+    limit keeps room for rate x latency x CONCURRENCY_HEADROOM (Little's law), up to the maximum."""
+    far = AdaptiveConcurrency(128, initial=8)
+    far.on_rate_limited(started=1.0, now=2.0)  # cut at a 429: 6
+    for _ in range(200):
+        far.keep_up(500.0, 0.2)
+    assert far.limit == 128  # 152 wanted, the maximum holds
+    near = AdaptiveConcurrency(128, initial=8)
+    for _ in range(200):
+        near.keep_up(500.0, 0.02)
+    assert near.limit == pytest.approx(500 * 0.02 * constants.CONCURRENCY_HEADROOM + 2, rel=0.01)
+    unpaced = AdaptiveConcurrency(128, initial=8)
+    for _ in range(200):
+        unpaced.keep_up(None, 0.2)
+    assert unpaced.limit == 8  # unpaced, the concurrency is what limits us: it grows by its own rule
+
+
+def test_case_the_concurrency_starts_slow_then_grows_by_windows() -> None:
+    """Before the first 429, +1 per success while saturated (doubling every round trip: at
+    200 ms the window growth took 18 s to reach 100 in flight); after it, +1 per window."""
+
+    async def go() -> None:
+        sem = AdaptiveConcurrency(128, initial=8)
+        for _ in range(8):
+            await sem.acquire()
+        waiting = [asyncio.ensure_future(sem.acquire()) for _ in range(40)]
+        await asyncio.sleep(0)
+        for _ in range(8):  # every slot taken, requests waiting: each success adds one
+            sem.release(success=True)
+            await asyncio.sleep(0)
+        assert sem.limit == 16 and sem.in_flight == 16
+        sem.on_rate_limited(started=1.0, now=2.0)
+        assert sem.limit == 12
+        for _ in range(8):
+            sem.release(success=True)
+            await asyncio.sleep(0)
+        assert 12 < sem.limit < 13  # +1/limit each
+        for waiter in waiting:
+            waiter.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+    run(go())
 
 
 def test_adaptive_concurrency_shrinks_on_429_and_grows_while_saturated() -> None:
