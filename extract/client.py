@@ -581,7 +581,7 @@ class ServiceClient:
                 self._read_announcement(headers)
             rate = self.rate
             rate.on_success(now, now - started)
-            self.concurrency.keep_up(rate.rate, now - started)
+            self.concurrency.keep_up(rate.rate, rate.latency)
             success = True
             return result
         finally:

@@ -105,7 +105,7 @@ class RateLimiter:
         self._last_decrease = 0.0
         self._last_refusal: float | None = None  # when the last 429 came
         self._streak_start = 0.0  # when the 429s of the current streak began
-        self._latency = 0.0  # seconds, a moving average of the successes' latency
+        self.latency = 0.0  # seconds, a moving average of the successes' latency
         self._last_grow: float | None = None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
@@ -167,7 +167,7 @@ class RateLimiter:
         estimate, and may grow the rate."""
         self._count_accepted(now)
         if latency is not None:
-            self._latency += (latency - self._latency) * constants.LATENCY_SMOOTHING
+            self.latency += (latency - self.latency) * constants.LATENCY_SMOOTHING
         self._tally_answer(now, refused=0)
         start = self._window_start
         if start is None:
@@ -287,7 +287,7 @@ class RateLimiter:
             # answers to what was sent before it a latency later), what it accepted leaves out
             # the tokens its bucket held before (which made the last second's count 2-3x the
             # limit, at 20 req/s, burst 20, 200 ms, and the pace came down 2 % a round trip).
-            emptied = self._streak_start + self._latency
+            emptied = self._streak_start + self.latency
             accepted = self._accepted_rate(now, since=emptied) or accepted
             level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
             self.ceiling = level
@@ -370,7 +370,7 @@ class RateLimiter:
             pauses.popleft()
         times: Sequence[float] = accepted
         streak = since is not None and since > horizon
-        if streak:
+        if since is not None and streak:
             times = [t for t in accepted if t >= since]
         if len(times) < constants.ACCEPT_MIN_COUNT:
             return None
@@ -516,7 +516,6 @@ class AdaptiveConcurrency:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._last_decrease = float("-inf")
         self._slow_start = adaptive  # until the first 429: +1 per success, not per window
-        self._latency = 0.0  # seconds, a moving average of the successful requests' latency
 
     async def acquire(self) -> None:
         if self.in_flight < int(self.limit) and not self._waiters:
@@ -550,15 +549,14 @@ class AdaptiveConcurrency:
         self.limit = max(float(self.minimum), self.limit * constants.CONCURRENCY_DECREASE)
 
     def keep_up(self, rate: float | None, latency: float) -> None:
-        """A success that took ``latency`` s while the client paces at ``rate`` req/s (None: not
-        paced): keep room for ``rate x latency`` requests in flight (Little's law) with
-        ``CONCURRENCY_HEADROOM``, so that the pace, which is the politeness, is never starved
-        by a limit cut at a 429 or grown too slowly at a far server (at 500 req/s and 200 ms,
-        100 in flight)."""
-        self._latency += (latency - self._latency) * constants.LATENCY_SMOOTHING
+        """The client paces at ``rate`` req/s (None: not paced) and its requests take ``latency``
+        s (the limiter's moving average): keep room for ``rate x latency`` requests in flight
+        (Little's law) with ``CONCURRENCY_HEADROOM``, so that the pace, which is the politeness,
+        is never starved by a limit cut at a 429 or grown too slowly at a far server (at
+        500 req/s and 200 ms, 100 in flight)."""
         if rate is None or not self.adaptive:
             return
-        needed = min(float(self.maximum), rate * self._latency * constants.CONCURRENCY_HEADROOM + 2.0)
+        needed = min(float(self.maximum), rate * latency * constants.CONCURRENCY_HEADROOM + 2.0)
         if needed > self.limit:
             self.limit = needed
             self._wake()

@@ -848,17 +848,20 @@ def test_case_a_paced_client_keeps_room_for_rate_times_latency() -> None:
     limit keeps room for rate x latency x CONCURRENCY_HEADROOM (Little's law), up to the maximum."""
     far = AdaptiveConcurrency(128, initial=8)
     far.on_rate_limited(started=1.0, now=2.0)  # cut at a 429: 6
-    for _ in range(200):
-        far.keep_up(500.0, 0.2)
+    far.keep_up(500.0, 0.2)
     assert far.limit == 128  # 152 wanted, the maximum holds
     near = AdaptiveConcurrency(128, initial=8)
-    for _ in range(200):
-        near.keep_up(500.0, 0.02)
-    assert near.limit == pytest.approx(500 * 0.02 * constants.CONCURRENCY_HEADROOM + 2, rel=0.01)
+    near.keep_up(500.0, 0.02)
+    assert near.limit == pytest.approx(500 * 0.02 * constants.CONCURRENCY_HEADROOM + 2)
+    near.keep_up(500.0, 0.01)
+    assert near.limit == pytest.approx(17.0)  # room is kept, never taken back (a 429 does that)
     unpaced = AdaptiveConcurrency(128, initial=8)
-    for _ in range(200):
-        unpaced.keep_up(None, 0.2)
+    unpaced.keep_up(None, 0.2)
     assert unpaced.limit == 8  # unpaced, the concurrency is what limits us: it grows by its own rule
+    limiter = RateLimiter(cap=None, initial=100.0)
+    for _ in range(200):
+        limiter.on_success(1.0, latency=0.2)
+    assert limiter.latency == pytest.approx(0.2, rel=0.01)  # the latency it keeps room for
 
 
 def test_case_the_concurrency_starts_slow_then_grows_by_windows() -> None:
