@@ -226,6 +226,7 @@ class RateLimiter:
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
         previous = self._last_decrease
+        share = self._tally_refused_share()  # of the last TALLY_SECONDS' answers, this one counted
         if isolated:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
             # end, timer jitter, a moment of low demand then a burst), not a pace above its
@@ -236,7 +237,7 @@ class RateLimiter:
             self._early = 0.0
             if self.rate is not None and self.rate <= constants.CATCH_UP_KEPT_ABOVE:
                 self._catch_up = 0.0
-            rare = self._tally_refused_share() < constants.REFUSALS_TOLERATED
+            rare = share < constants.REFUSALS_TOLERATED
             if accepted is not None and (self.announced is not None or rare):
                 # At the pace the server announced, its word stands; and while such refusals stay
                 # rare, stepping back on each would only sink the pace, night-long: the pause
@@ -259,7 +260,6 @@ class RateLimiter:
             # And when the server plainly took less than our pace over the last second, down to
             # what it took: a big bucket lets a probe run above the limit for many seconds
             # before refusing once (5 % above, at 20 req/s, burst 20).
-            share = self._tally_refused_share()
             step = max(constants.RATE_MARGIN / 2, min(share, constants.RATE_MARGIN * 4))
             lower = self.rate * (1 - step)
             if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN):
