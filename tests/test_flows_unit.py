@@ -260,14 +260,23 @@ def test_a_failed_mypy_stops_the_running_test_suite(tmp_path: Path) -> None:
 
     from membersync.flows.cli import _stop_tests
 
-    (tmp_path / "test_long.py").write_text("import time\n\ndef test_long():\n    time.sleep(120)\n")
+    inside = tmp_path / "inside"
+    (tmp_path / "test_long.py").write_text(
+        "import pathlib, time\n\n"
+        f"def test_long():\n    pathlib.Path({str(inside)!r}).touch()\n    time.sleep(120)\n"
+    )
     tests = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_long.py")],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    time.sleep(3)  # collected, and inside the test
+    # Stopped once inside the test (a fixed 3-s wait was too short on a loaded machine: the
+    # Ctrl-C came while pytest was still starting, before it could turn it into "interrupted").
+    deadline = time.monotonic() + 60
+    while not inside.exists() and time.monotonic() < deadline and tests.poll() is None:
+        time.sleep(0.05)
+    assert inside.exists(), "the long test never started"
     started = time.monotonic()
     _stop_tests(tests)
     assert tests.returncode == 2  # pytest's "interrupted"
