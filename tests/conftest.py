@@ -10,10 +10,16 @@
 - ``prefect_database``: a fresh PostgreSQL server for a Prefect server (``tests/postgres.py``).
 - ``tmp_root``: a temporary directory, removed after the test; ``sandboxes(**config)``:
   ``fresh_sandbox`` with the reliability scenarios' fixed anchor date (``reliability.ANCHOR``).
+
+Each test process gets a user cache of its own (``XDG_CACHE_HOME``, inherited by the processes
+it starts): dbt's parse cache (``warehouse/dbt_run.py``) starts empty in every run of the suite
+and is shared by that run's builds only, never with the machine's user or another run.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +31,18 @@ from reliability import ANCHOR
 
 BUCKET = "membersync-test"
 KEY_ID, SECRET = "AKIDTESTOBJECTSTORE", "object-store-secret-canary-7f3a"
+_USER_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cache = tempfile.mkdtemp(prefix="membersync-test-cache-")
+    _USER_CACHE.append(cache)
+    os.environ["XDG_CACHE_HOME"] = cache
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for cache in _USER_CACHE:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,20 @@
 """Run the dbt project in ``sql/`` from Python (``dbtRunner``), one ``dbt build`` per warehouse build.
 
 Nothing of dbt's is written inside the repository: the profile is generated at run time (DuckDB
-needs no credentials), and dbt's target (the partial-parse cache that saves seconds a night, the
-compiled SQL; no JSON artifacts, see :data:`NO_ARTIFACTS`) and logs live under
-``DATA_DIR/warehouse/dbt/``. dbt never goes to the network:
+needs no credentials), and dbt's target (the compiled SQL; no JSON artifacts, see
+:data:`NO_ARTIFACTS`) and logs live under ``DATA_DIR/warehouse/dbt/``. The project is parsed in a
+folder of its own per project and set of vars, under the user's cache
+(``$XDG_CACHE_HOME/membersync/dbt-parse/``, default ``~/.cache``): dbt's partial-parse cache there
+serves every data dir and every process (a new tenant, a fresh worker, ``membersync reports``),
+and dbt itself re-parses what changed in the project. dbt never goes to the network:
 no anonymous usage statistics, no version check, no packages from the hub.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import functools
 import gc
 import hashlib
@@ -117,7 +122,8 @@ def run(
 
     With ``reuse_parse`` the project is parsed once per process and set of vars (see ``_PARSED``):
     for builds, whose profile always names a database ``SCRATCH_DATABASE``, which the parsed
-    manifest holds. dbt's own partial-parse cache under ``state_dir`` makes a first parse cheap too.
+    manifest holds. The parse itself runs in the shared parse folder (:func:`_parse_home`), whose
+    partial-parse cache makes a first parse in a new process cheap too.
     """
     from dbt.adapters.duckdb import DuckDBConnectionManager
     from dbt.cli.main import dbtRunner
@@ -144,7 +150,8 @@ def run(
 
 def warm(project_dir: Path, workdir: Path, variables: Mapping[str, Any]) -> bool:
     """Parse the project into this process's cache ahead of its builds (a process about to fork
-    many builds parses once); False if it does not parse. ``workdir`` holds dbt's scratch files."""
+    many builds parses once); False if it does not parse. ``workdir`` holds dbt's scratch files
+    when the shared parse folder cannot be used."""
     from dbt.adapters.duckdb import DuckDBConnectionManager
 
     os.environ.update(QUIET_ENV)
@@ -154,6 +161,39 @@ def warm(project_dir: Path, workdir: Path, variables: Mapping[str, Any]) -> bool
         return _parsed(project_dir, common, variables) is not None
     finally:
         DuckDBConnectionManager.close_all_connections()  # leave no connection behind, as run() does
+
+
+def parse_cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """Where projects are parsed: ``$XDG_CACHE_HOME/membersync/dbt-parse`` (default ``~/.cache``)."""
+    base = (os.environ if environ is None else environ).get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "membersync" / "dbt-parse"
+
+
+@contextlib.contextmanager
+def _parse_home(project_dir: Path, variables: Mapping[str, Any]) -> Iterator[Path | None]:
+    """The folder this project is parsed in with these vars, held exclusively (two processes
+    parsing at once would write dbt's partial-parse file over each other); None when it cannot be
+    made (a read-only home: the caller parses in its own state folder, as before).
+
+    One folder per project path and vars: dbt's partial-parse cache holds one set of vars and
+    one profile, so builds of both kinds, and every data dir, keep theirs. Its profile names a
+    database that is never opened (a parse does not connect); a reused manifest builds in any
+    scratch database of the same name (``SCRATCH_DATABASE``)."""
+    digest = hashlib.sha256(json.dumps([str(project_dir), dict(variables)], sort_keys=True).encode())
+    home = parse_cache_root() / digest.hexdigest()[:16]
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock = os.open(home / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.debug("parsing without the shared parse folder %s: %s", home, exc)
+        yield None
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        write_profile(home, home / SCRATCH_DATABASE)
+        yield home
+    finally:
+        os.close(lock)  # (and its lock)
 
 
 def _common_args(
@@ -188,7 +228,9 @@ def _parsed(project_dir: Path, common: Sequence[str], variables: Mapping[str, An
     key = (str(project_dir), project_fingerprint(project_dir), json.dumps(dict(variables), sort_keys=True))
     if key in _PARSED:
         return _PARSED[key]
-    outcome = dbtRunner().invoke(["parse", NO_ARTIFACTS, *common])
+    with _parse_home(project_dir, variables) as home:
+        args = common if home is None else _common_args(project_dir, home, home, variables)
+        outcome = dbtRunner().invoke(["parse", NO_ARTIFACTS, *args])
     manifest: Any = outcome.result  # a Manifest, for `parse`
     if not outcome.success or manifest is None:
         return None
