@@ -11,9 +11,10 @@
 - ``tmp_root``: a temporary directory, removed after the test; ``sandboxes(**config)``:
   ``fresh_sandbox`` with the reliability scenarios' fixed anchor date (``reliability.ANCHOR``).
 
-Each test process gets a user cache of its own (``XDG_CACHE_HOME``, inherited by the processes
-it starts): dbt's parse cache (``warehouse/dbt_run.py``) starts empty in every run of the suite
-and is shared by that run's builds only, never with the machine's user or another run.
+Each pytest process (each xdist worker) gets a user cache of its own (``XDG_CACHE_HOME``,
+inherited by the processes it starts): dbt's parse cache (``warehouse/dbt_run.py``) starts empty
+in every run of the suite and is shared by that worker's builds only, never with the machine's
+user or another run.
 """
 
 from __future__ import annotations
