@@ -346,31 +346,15 @@ def test_quarantined_rows_are_loaded_and_counted(tmp_path: Path) -> None:
     ]
 
 
-_BUILD_IN_A_NEW_PROCESS = """
-import json, pathlib, sys
-from membersync.warehouse.build import BuildCheckError, build_warehouse
-from membersync.warehouse.paths import DataDir
-try:
-    build_warehouse(DataDir(pathlib.Path(sys.argv[1])), sql_dir=pathlib.Path(sys.argv[2]))
-    print(json.dumps({"ok": True}))
-except BuildCheckError as exc:
-    print(json.dumps({"ok": False, "model": exc.model, "check": exc.check}))
-"""
-
-
 def test_case_the_parse_is_shared_by_data_dirs_and_processes_and_a_changed_model_is_parsed_again(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Case: dbt's parse lives in one folder per project and vars under the user's cache, so a
-    second process building another data dir re-parses nothing; a model changed since is parsed
-    again (dbt's own partial parsing), never served from the cache."""
-    import os
-    import subprocess
-    import sys
+    process new to a data dir (here: this process with its in-memory parses forgotten) re-parses
+    nothing; a model changed since is parsed again (dbt's own partial parsing), never served stale."""
+    from membersync.warehouse import dbt_run
 
-    from membersync.warehouse.dbt_run import parse_cache_root
-
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     sql_dir = tmp_path / "sql"
     shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
     night = {
@@ -382,33 +366,31 @@ def test_case_the_parse_is_shared_by_data_dirs_and_processes_and_a_changed_model
         ],
     }
 
-    def build_in_a_new_process(name: str) -> dict:
+    def build_as_a_new_process(name: str) -> None:
+        monkeypatch.setattr(dbt_run, "_PARSED", {})  # what a new process starts with
         data_dir = DataDir(tmp_path / name)
         write_night(data_dir, dt.date(2026, 3, 1), night)
-        command = [sys.executable, "-c", _BUILD_IN_A_NEW_PROCESS, str(data_dir.root), str(sql_dir)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        build_warehouse(data_dir, sql_dir=sql_dir)
 
     def parsed_files() -> int:
         # dbt's own account of its last parse in the folder: how many files it parsed afresh
-        (folder,) = [p for p in parse_cache_root(env).iterdir() if p.is_dir()]
+        (folder,) = [p for p in dbt_run.parse_cache_root().iterdir() if p.is_dir()]
         return int(json.loads((folder / "target" / "perf_info.json").read_text())["parsed_path_count"])
 
-    assert build_in_a_new_process("first") == {"ok": True}  # a first build: full refresh vars
+    build_as_a_new_process("first")  # a first build (full refresh vars)
     assert parsed_files() > 100  # the whole project (models, tests, dbt's macros)
-    assert build_in_a_new_process("second") == {"ok": True}  # another data dir, another process
-    assert parsed_files() == 0, "the second process parsed the project again"
+    build_as_a_new_process("second")  # another data dir, a process that never parsed
+    assert parsed_files() == 0, "the project was parsed again"
 
     model = sql_dir / "staging" / "stg_memberships.sql"
     column = "        membership_id,\n"
     model.write_text(
         model.read_text().replace(column, "        nullif(membership_id, 'M1') as membership_id,\n")
     )
-    changed = build_in_a_new_process("third")
-    assert changed == {
-        "ok": False,
-        "model": "staging.memberships",
-        "check": "not_null(snapshot_date, membership_id)",
-    }
+    with pytest.raises(BuildCheckError) as caught:
+        build_as_a_new_process("third")
+    assert (caught.value.model, caught.value.check) == (
+        "staging.memberships",
+        "not_null(snapshot_date, membership_id)",
+    )
     assert parsed_files() >= 1  # the changed model, parsed again
