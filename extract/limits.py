@@ -368,16 +368,18 @@ class RateLimiter:
             accepted.popleft()
         while pauses and pauses[0][1] < horizon:
             pauses.popleft()
-        times: Sequence[float] = accepted
-        streak = since is not None and since > horizon
-        if since is not None and streak:
-            times = [t for t in accepted if t >= since]
+        streak = since if since is not None and since > horizon else None  # (older: the window)
+        times: Sequence[float] = accepted if streak is None else [t for t in accepted if t >= streak]
         if len(times) < constants.ACCEPT_MIN_COUNT:
             return None
         first = times[0]
         # (In a streak of 429s the pauses are short, and the bucket refills while we pause:
         # what it accepts is its rate over the whole span.)
-        paused = 0.0 if streak else sum(max(0.0, min(end, now) - max(start, first)) for start, end in pauses)
+        paused = (
+            0.0
+            if streak is not None
+            else sum(max(0.0, min(end, now) - max(start, first)) for start, end in pauses)
+        )
         span = now - first - paused
         if span < constants.ACCEPT_MIN_SPAN:
             return None

@@ -163,9 +163,9 @@ def warm(project_dir: Path, workdir: Path, variables: Mapping[str, Any]) -> bool
         DuckDBConnectionManager.close_all_connections()  # leave no connection behind, as run() does
 
 
-def parse_cache_root(environ: Mapping[str, str] | None = None) -> Path:
+def parse_cache_root() -> Path:
     """Where projects are parsed: ``$XDG_CACHE_HOME/membersync/dbt-parse`` (default ``~/.cache``)."""
-    base = (os.environ if environ is None else environ).get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "membersync" / "dbt-parse"
 
 
