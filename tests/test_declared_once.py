@@ -407,5 +407,10 @@ def test_staging_deduplicates_and_tests_on_the_declared_key() -> None:
         assert model["config"]["meta"]["key"] == key, table.name
         tests = {next(iter(t)): next(iter(t.values())) for t in model.get("data_tests", [])}
         assert tests["primary_key"]["arguments"]["columns"] == key, table.name
-        reconciles = tests["reconciles_with_landing"]["arguments"]
-        assert reconciles == {"landed": table.name, "key": key}, table.name
+
+
+def test_the_projects_landed_tables_are_the_declared_ones() -> None:
+    """dbt's var ``landing_tables`` drives the manifest and staging reconciliation tests: every
+    landed table (and the quarantine), no other."""
+    project = yaml.safe_load((SQL / "dbt_project.yml").read_text())
+    assert project["vars"]["landing_tables"] == [t.name for t in T.TABLES] + ["quarantine"]

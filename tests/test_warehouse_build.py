@@ -182,7 +182,7 @@ def test_money_is_exact_decimal_and_totals_add_up(built) -> None:
 def test_result_and_meta(built) -> None:
     data_dir, result, _ = built
     assert result.nights == sc.NIGHTS
-    assert result.checks > 100
+    assert result.checks > 75  # dbt tests: a key, statuses, references per model; singular ones
     assert result.path == data_dir.warehouse_db
     assert (data_dir.warehouse_db.stat().st_mode & 0o777) == 0o600
     names = {r["name"] for r in query(data_dir, "SELECT name FROM meta.models")}
@@ -196,6 +196,12 @@ def test_result_and_meta(built) -> None:
         key = ", ".join(model.key)
         assert {"model": model.name, "check_name": f"not_null({key})"} in checks, model.name
         assert {"model": model.name, "check_name": f"unique({key})"} in checks, model.name
+    # Every staging model is reconciled with its landed table (one singular test for them all).
+    for model in load_models():
+        if model.layer == "staging":
+            table = model.name.split(".", 1)[1]
+            wanted = {"model": model.name, "check_name": f"reconciles_with(landing.{table})"}
+            assert wanted in checks, model.name
 
 
 def test_every_model_declares_grain_and_key() -> None:
@@ -276,6 +282,38 @@ def test_null_key_fails_naming_the_not_null_check(tmp_path: Path) -> None:
         "not_null(snapshot_date, membership_id)",
     )
     assert "problem=null" in caught.value.detail and not data_dir.warehouse_db.exists()
+
+
+def test_case_a_staging_model_that_loses_rows_fails_reconciliation_naming_it(tmp_path: Path) -> None:
+    """Case: a staging model that drops a landed key (a filter gone wrong) fails the staging
+    reconciliation, naming the model, its landed table and both counts."""
+    data_dir = DataDir(tmp_path / "data")
+    write_night(
+        data_dir,
+        dt.date(2026, 3, 1),
+        {
+            "stores": sc.stores_of(0),
+            "synced_clients": [{"client_number": "000001"}],
+            "memberships": [
+                {"client_number": "000001", "membership_id": m, "status": "Active", "storecode": sc.DOWNTOWN}
+                for m in ("M1", "M2")
+            ],
+        },
+    )
+    sql_dir = tmp_path / "sql"
+    shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
+    model = sql_dir / "staging" / "stg_memberships.sql"
+    text = model.read_text()
+    assert text.endswith("select * from final\n")
+    model.write_text(text.replace("from final\n", "from final where membership_id <> 'M2'\n"))
+    with pytest.raises(BuildCheckError) as caught:
+        build_warehouse(data_dir, sql_dir=sql_dir)
+    assert (caught.value.model, caught.value.check) == (
+        "staging.memberships",
+        "reconciles_with(landing.memberships)",
+    )
+    assert "staged_rows=1, landed_keys=2" in caught.value.detail
+    assert not data_dir.warehouse_db.exists()
 
 
 def test_manifest_row_count_mismatch_fails(tmp_path: Path) -> None:

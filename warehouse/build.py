@@ -457,8 +457,7 @@ def _raise_first_failure(
     # The most telling first: a broken key explains the failures of the tests that follow from it.
     failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name, len(TEST_PRIORITY)))
     for node in failed[:1]:
-        model, detail, problem = _test_failure(con, node, relations)
-        raise BuildCheckError(model, dbt_run.describe_test(node, relations, problem), detail)
+        raise BuildCheckError(*_test_failure(con, node, relations))
     if not run.success:
         raise BuildCheckError("dbt", "build", run.error or f"dbt failed; see {run.log_file}")
 
@@ -466,22 +465,27 @@ def _raise_first_failure(
 def _test_failure(
     con: duckdb.DuckDBPyConnection, node: dbt_run.Node, relations: Mapping[str, str]
 ) -> tuple[str, str, str]:
-    """The failing model, a few of the rows that fail (the test's own query, run again) and the
-    first one's ``problem`` (a primary_key test's: null or duplicate; "" for other tests)."""
+    """The failing model, the check and a few of the rows that fail (the test's own query, run
+    again). The first failing row may say more: a primary_key test's ``problem`` (null or
+    duplicate) names the check; a row with ``model`` and ``check_name`` (a singular test over many
+    models) names both; ``table_name`` (landed rows against the manifests) names the landed table."""
     model = dbt_run.test_target(node, relations)
     if node.status == "error" or not node.compiled_code:
-        return model, node.message, ""
+        return model, dbt_run.describe_test(node, relations), node.message
     try:
         cursor = con.execute(f"SELECT * FROM ({node.compiled_code}) LIMIT 3")
         header = [d[0] for d in cursor.description or []]
         examples = [dict(zip(header, row, strict=True)) for row in cursor.fetchall()]
     except duckdb.Error:
-        return model, f"{node.failures} failing row(s)", ""
-    if examples and "table_name" in examples[0]:  # landed rows vs manifests: name the table
-        model = f"landing.{examples[0]['table_name']}"
-    problem = str(examples[0].get("problem") or "") if examples else ""
+        return model, dbt_run.describe_test(node, relations), f"{node.failures} failing row(s)"
+    first = examples[0] if examples else {}
+    if "table_name" in first:
+        model = f"landing.{first['table_name']}"
+    model = str(first.get("model") or model)
+    problem = str(first.get("problem") or "")
+    check = str(first.get("check_name") or dbt_run.describe_test(node, relations, problem))
     shown = "; ".join(", ".join(f"{k}={v}" for k, v in e.items()) for e in examples)
-    return model, f"{node.failures} failing row(s), e.g. {shown}", problem
+    return model, check, f"{node.failures} failing row(s), e.g. {shown}"
 
 
 def _write_parts(

@@ -61,6 +61,7 @@ class Node:
     test_name: str  # a generic test's name (primary_key, accepted_values, ...), "" otherwise
     check: str  # a singular test's meta.check: the name the build reports it by
     test_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    reads: tuple[str, ...] = ()  # the models (unique ids) a test reads
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,7 @@ def _node(result: Any) -> Node:
         test_name=test_metadata.name if test_metadata else "",
         check=str(meta.get("check", "")),
         test_kwargs=dict(test_metadata.kwargs) if test_metadata else {},
+        reads=tuple(u for u in getattr(node.depends_on, "nodes", ()) if u.startswith("model.")),
     )
 
 
@@ -350,8 +352,6 @@ def describe_test(node: Node, relations: Mapping[str, str], problem: str = "") -
             if unique_id.rsplit(".", 1)[-1] in target:
                 target = relation
         return f"references({target} ({', '.join(kwargs.get('columns', []))}))"
-    if node.test_name == "reconciles_with_landing":
-        return f"reconciles_with(landing.{kwargs.get('landed')})"
     if node.test_name:
         column = kwargs.get("column_name")
         return f"{node.test_name}({column})" if column else node.test_name
@@ -362,11 +362,27 @@ def test_target(node: Node, relations: Mapping[str, str]) -> str:
     return relations.get(node.attached_to, node.name)
 
 
+# The singular test (sql/tests/staging_reconciles_with_landing.sql) that checks every staging model
+# in one query: it passes as one check per model it reads, as if each model had its own.
+RECONCILE_CHECK = "reconciles_with_landing"
+
+
 def checks_rows(run: DbtRun, relations: Mapping[str, str]) -> Sequence[tuple[str, str, str]]:
-    """(model, check, detail) of every check that passed: a primary_key test is two of them."""
-    return [
-        (test_target(t, relations), describe_test(t, relations, problem), "")
-        for t in run.tests()
-        if t.status == "pass"
-        for problem in (KEY_PROBLEMS if t.test_name == "primary_key" else ("",))
-    ]
+    """(model, check, detail) of every check that passed: a primary_key test is two of them, the
+    staging reconciliation one per staging model."""
+    rows: list[tuple[str, str, str]] = []
+    for t in run.tests():
+        if t.status != "pass":
+            continue
+        if t.check == RECONCILE_CHECK:
+            staged = sorted(relations[u] for u in t.reads if u in relations)
+            rows += [(model, reconcile_check(model), "") for model in staged]
+            continue
+        for problem in KEY_PROBLEMS if t.test_name == "primary_key" else ("",):
+            rows.append((test_target(t, relations), describe_test(t, relations, problem), ""))
+    return rows
+
+
+def reconcile_check(staging_relation: str) -> str:
+    """``reconciles_with(landing.<t>)`` for ``staging.<t>`` (as the singular test names it)."""
+    return f"reconciles_with(landing.{staging_relation.split('.', 1)[1]})"
