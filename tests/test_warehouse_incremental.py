@@ -124,7 +124,7 @@ def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -
         # Each night after the first is built on its own, continuing from the published state.
         assert result.built_nights == (_night(index),)
         assert result.full_refresh == (index == 0)
-        assert result.checks > 75  # dbt tests: a key, statuses, references per model; singular ones
+        assert result.checks > 50  # dbt tests (meta.checks lists the checks per model)
         revenue[index] = _revenue_of_day(data_dir, day)
     # Not by coincidence: the late void changed the revenue of a day long before night 2.
     assert revenue[1] != revenue[2] and revenue[2] == revenue[3]

@@ -54,7 +54,7 @@ TMP_PREFIX = "warehouse.duckdb.building-"
 SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
 SCRATCH_DIR = "scratch"
 # When several tests fail, the error names the first of these kinds (a broken key explains the rest).
-TEST_PRIORITY = {"primary_key": 0, "accepted_values": 1, "references": 2}
+TEST_PRIORITY = {"primary_key": 0, dbt_run.STAGING_CHECK: 0, "accepted_values": 1, "references": 2}
 
 
 class BuildError(RuntimeError):
@@ -455,7 +455,7 @@ def _raise_first_failure(
             )
     failed = [t for t in run.tests() if t.status in ("fail", "error", "warn")]
     # The most telling first: a broken key explains the failures of the tests that follow from it.
-    failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name, len(TEST_PRIORITY)))
+    failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name or t.check, len(TEST_PRIORITY)))
     for node in failed[:1]:
         raise BuildCheckError(*_test_failure(con, node, relations))
     if not run.success:

@@ -362,27 +362,30 @@ def test_target(node: Node, relations: Mapping[str, str]) -> str:
     return relations.get(node.attached_to, node.name)
 
 
-# The singular test (sql/tests/staging_reconciles_with_landing.sql) that checks every staging model
-# in one query: it passes as one check per model it reads, as if each model had its own.
-RECONCILE_CHECK = "reconciles_with_landing"
+# The singular test (sql/tests/staging_keys_and_landing.sql) that checks every staging model in
+# one query: when it passes, it is three checks per model it reads, as if each had its own tests.
+STAGING_CHECK = "staging_keys_and_landing"
 
 
 def checks_rows(run: DbtRun, relations: Mapping[str, str]) -> Sequence[tuple[str, str, str]]:
     """(model, check, detail) of every check that passed: a primary_key test is two of them, the
-    staging reconciliation one per staging model."""
+    staging test three per staging model."""
+    keys = {m.unique_id: m.key for m in run.models()}
     rows: list[tuple[str, str, str]] = []
     for t in run.tests():
         if t.status != "pass":
             continue
-        if t.check == RECONCILE_CHECK:
-            staged = sorted(relations[u] for u in t.reads if u in relations)
-            rows += [(model, reconcile_check(model), "") for model in staged]
+        if t.check == STAGING_CHECK:
+            for model in sorted(t.reads):
+                relation = relations[model]
+                rows += [(relation, check, "") for check in staging_checks(relation, keys[model])]
             continue
         for problem in KEY_PROBLEMS if t.test_name == "primary_key" else ("",):
             rows.append((test_target(t, relations), describe_test(t, relations, problem), ""))
     return rows
 
 
-def reconcile_check(staging_relation: str) -> str:
-    """``reconciles_with(landing.<t>)`` for ``staging.<t>`` (as the singular test names it)."""
-    return f"reconciles_with(landing.{staging_relation.split('.', 1)[1]})"
+def staging_checks(relation: str, key: Sequence[str]) -> tuple[str, ...]:
+    """What the staging test checks of ``staging.<t>``, named as its failing rows name them."""
+    columns, landed = ", ".join(key), relation.split(".", 1)[1]
+    return f"not_null({columns})", f"unique({columns})", f"reconciles_with(landing.{landed})"
