@@ -429,21 +429,22 @@ def test_sigkill_at_arbitrary_moments_while_writing(zone: LandingZone) -> None:
     """Kill after the n-th batch of each run plus a little while: mid-file, mid-rename, mid-commit."""
     land_night(zone, D1, batches=2, rows=3)
     before = {"ids": zone.read("memberships", D1).column("membership_id").to_pylist()}
-    remaining = 12
+    batches = 12
     for written, delay in ((0, 0.0), (0, 0.05), (2, 0.01), (1, 0.03), (-1, 0.0), (-1, 0.02)):
-        proc = worker(zone.data_dir.root, D2, "12", "3000")
+        proc = worker(zone.data_dir.root, D2, str(batches), "3000")
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("ready")
-        wanted = remaining if written < 0 else written  # -1: after the last batch, i.e. in the commit
-        seen = 0
-        while seen < wanted:
+        # -1: once every batch is written or skipped (a batch an earlier run landed, whether or not
+        # it lived to say so), i.e. in the commit
+        wrote = done = 0
+        while (wrote < written) if written >= 0 else (done < batches):
             line = proc.stdout.readline()
             assert line, "the worker ended early"
-            seen += line.startswith("wrote")
+            wrote += line.startswith("wrote")
+            done += line.startswith(("wrote", "skipped"))
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=60)
-        remaining -= seen + rest.count("wrote")
+        proc.communicate(timeout=60)
         check_after_crash(zone, before)
         if zone.manifest(D2) is not None:  # the kill came after the commit: a rerun replaces it
             break
