@@ -1,6 +1,6 @@
 -- The billing accounts as of the newest committed night (a view: it reads the newest night of
 -- marts.billing_accounts_daily).
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with newest_night as (
 

@@ -1,6 +1,6 @@
 -- The points balances as of the newest committed night (a view: it reads the newest night of
 -- marts.points_balances_daily).
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with newest_night as (
 

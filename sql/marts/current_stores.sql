@@ -1,5 +1,5 @@
 -- The newest committed night's store list (a view over staging.stores).
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with newest_night as (
 

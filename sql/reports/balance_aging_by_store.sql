@@ -5,7 +5,7 @@
 -- the first night: a lower bound, so a debt older than our history shows in 30-59 only from the
 -- 30th night on, in 90+ only from the 90th. Buckets: 0-29, 30-59, 60-89, 90+ days.
 -- A view over the whole history (a debt's age needs every night before it).
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with nights as (
 

@@ -3,7 +3,7 @@
 -- same over the rolling 12 months ending with the month (the months of those 12 the warehouse
 -- holds): their cancellations over the average of their monthly average active. Rates are
 -- rounded half-up to 4 decimals with integer arithmetic (exact); empty when the average is 0.
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with monthly as (
 

@@ -2,7 +2,7 @@
 -- movements of all its nights, the closing of its last night (the current month: up to the
 -- newest night). Consecutive nights chain, so closing = opening + new + reactivated - frozen
 -- - canceled - expired holds for the month too. A view: always the whole history.
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with daily as (
 

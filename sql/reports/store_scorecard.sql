@@ -3,7 +3,7 @@
 -- month, or its last day); a compared night the warehouse does not hold, or a store it did not
 -- list, leaves the figure empty. revenue_7d is the store's revenue (before tax, voids excluded)
 -- of the 7 local business days ending with the night. A view over the reports it compares.
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with stores as (
 

@@ -2,7 +2,7 @@
 -- client's newest payment on a non-voided transaction at that store, on or before the night
 -- (store-local date). A view: payments are read in their newest fetched version whenever the
 -- report is read, so a late void is seen by every night, as the full build sees it.
-{{ config(materialized='view') }}
+{{ config(materialized='scratch_view') }}
 
 with top_debtors as (
 
