@@ -6,7 +6,7 @@ import contextlib
 import datetime as dt
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -215,6 +215,30 @@ def test_every_model_declares_grain_and_key() -> None:
 # ---- the checks fail loudly, naming model and check; the previous warehouse stays ------------
 
 
+def _stg_memberships_edited(tmp_path: Path, edit: Callable[[str], str]) -> Path:
+    """A copy of the dbt project whose stg_memberships.sql is ``edit`` of the real one."""
+    sql_dir = tmp_path / "sql"
+    shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
+    model = sql_dir / "staging" / "stg_memberships.sql"
+    model.write_text(edit(model.read_text()))
+    return sql_dir
+
+
+def _night_of_two_memberships(data_dir: DataDir) -> None:
+    write_night(
+        data_dir,
+        dt.date(2026, 3, 1),
+        {
+            "stores": sc.stores_of(0),
+            "synced_clients": [{"client_number": "000001"}],
+            "memberships": [
+                {"client_number": "000001", "membership_id": m, "status": "Active", "storecode": sc.DOWNTOWN}
+                for m in ("M1", "M2")
+            ],
+        },
+    )
+
+
 def test_duplicate_key_fails_naming_model_and_check(tmp_path: Path) -> None:
     data_dir = DataDir(tmp_path / "data")
     night = dt.date(2026, 3, 1)
@@ -233,12 +257,12 @@ def test_duplicate_key_fails_naming_model_and_check(tmp_path: Path) -> None:
     # forgot to deduplicate: the unique-key check catches it.
     dup = dict(base, memberships=base["memberships"] * 2)
     write_night(data_dir, night + dt.timedelta(days=1), dup, parts=2)
-    sql_dir = tmp_path / "sql"
-    shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
-    model = sql_dir / "staging" / "stg_memberships.sql"
-    text = model.read_text()
-    start, end = text.index("    qualify row_number()"), text.index(") = 1") + len(") = 1")
-    model.write_text(text[:start] + text[end:])
+
+    def without_deduplication(text: str) -> str:
+        start, end = text.index("    qualify row_number()"), text.index(") = 1") + len(") = 1")
+        return text[:start] + text[end:]
+
+    sql_dir = _stg_memberships_edited(tmp_path, without_deduplication)
     with pytest.raises(BuildCheckError) as caught:
         build_warehouse(data_dir, sql_dir=sql_dir)
     assert caught.value.model == "staging.memberships"
@@ -255,27 +279,16 @@ def test_duplicate_key_fails_naming_model_and_check(tmp_path: Path) -> None:
 
 def test_null_key_fails_naming_the_not_null_check(tmp_path: Path) -> None:
     """Case: a model that lets a key column go null fails on not_null(key), not unique(key)
-    (one primary_key test checks both; its failing row says which)."""
+    (one staging test checks both; its failing row says which)."""
     data_dir = DataDir(tmp_path / "data")
-    write_night(
-        data_dir,
-        dt.date(2026, 3, 1),
-        {
-            "stores": sc.stores_of(0),
-            "synced_clients": [{"client_number": "000001"}],
-            "memberships": [
-                {"client_number": "000001", "membership_id": m, "status": "Active", "storecode": sc.DOWNTOWN}
-                for m in ("M1", "M2")
-            ],
-        },
-    )
-    sql_dir = tmp_path / "sql"
-    shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
-    model = sql_dir / "staging" / "stg_memberships.sql"
-    text = model.read_text()
-    column = "        membership_id,\n"
-    assert text.count(column) == 1
-    model.write_text(text.replace(column, "        nullif(membership_id, 'M1') as membership_id,\n"))
+    _night_of_two_memberships(data_dir)
+
+    def nulling_m1(text: str) -> str:
+        column = "        membership_id,\n"
+        assert text.count(column) == 1
+        return text.replace(column, "        nullif(membership_id, 'M1') as membership_id,\n")
+
+    sql_dir = _stg_memberships_edited(tmp_path, nulling_m1)
     with pytest.raises(BuildCheckError) as caught:
         build_warehouse(data_dir, sql_dir=sql_dir)
     assert (caught.value.model, caught.value.check) == (
@@ -289,24 +302,13 @@ def test_case_a_staging_model_that_loses_rows_fails_reconciliation_naming_it(tmp
     """Case: a staging model that drops a landed key (a filter gone wrong) fails the staging
     reconciliation, naming the model, its landed table and both counts."""
     data_dir = DataDir(tmp_path / "data")
-    write_night(
-        data_dir,
-        dt.date(2026, 3, 1),
-        {
-            "stores": sc.stores_of(0),
-            "synced_clients": [{"client_number": "000001"}],
-            "memberships": [
-                {"client_number": "000001", "membership_id": m, "status": "Active", "storecode": sc.DOWNTOWN}
-                for m in ("M1", "M2")
-            ],
-        },
-    )
-    sql_dir = tmp_path / "sql"
-    shutil.copytree(Path(load_models()[0].path).parent.parent, sql_dir)
-    model = sql_dir / "staging" / "stg_memberships.sql"
-    text = model.read_text()
-    assert text.endswith("select * from final\n")
-    model.write_text(text.replace("from final\n", "from final where membership_id <> 'M2'\n"))
+    _night_of_two_memberships(data_dir)
+
+    def dropping_m2(text: str) -> str:
+        assert text.endswith("select * from final\n")
+        return text.replace("from final\n", "from final where membership_id <> 'M2'\n")
+
+    sql_dir = _stg_memberships_edited(tmp_path, dropping_m2)
     with pytest.raises(BuildCheckError) as caught:
         build_warehouse(data_dir, sql_dir=sql_dir)
     assert (caught.value.model, caught.value.check) == (
