@@ -20,6 +20,7 @@ import pytest
 import truth
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.warehouse.crashpoints import POINTS
+from membersync.warehouse.manifest import manifest_path
 from reliability import (
     ANCHOR,
     KILL_WITH_PREFECT,
@@ -42,7 +43,7 @@ from reliability import (
 def _sync_noting_its_commit(ws: Workspace, how: str) -> tuple[Outcome, float, float]:
     """A sync of ``ws``'s night: its outcome, and when (s after it was started) its manifest
     appeared, i.e. the night was committed, and when it ended."""
-    manifest = ws.data_dir.manifests / f"{ANCHOR}.json"
+    manifest = manifest_path(ws.data_dir.manifests, ANCHOR)
     assert not manifest.exists()
     seen: list[float] = []
     done = threading.Event()
@@ -94,7 +95,7 @@ def test_sigkill_at_random_moments_then_rerun(
             if i % 2 == 0
             else Workspace(tmp_root / f"fresh{i}", sandbox.url, ANCHOR, batch_size=10, extra_env=extra)
         )
-        before = ws.data_dir.manifests / f"{ANCHOR}.json"
+        before = manifest_path(ws.data_dir.manifests, ANCHOR)
         run_id = json.loads(before.read_text())["run_id"] if before.exists() else None
         if (i // 2) % 2 == 0:  # kills 0, 1, 4, 5, ...: while fetching and landing
             moment = rng.uniform(0.05, 0.8) * commit_time
