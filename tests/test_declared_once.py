@@ -416,3 +416,22 @@ def test_the_projects_landed_tables_are_the_declared_ones() -> None:
     reconciliation with landing): every landed table (and the quarantine), no other."""
     project = yaml.safe_load((SQL / "dbt_project.yml").read_text())
     assert project["vars"]["landing_tables"] == [t.name for t in T.TABLES] + ["quarantine"]
+
+
+def test_every_mart_and_report_is_in_the_key_test_and_has_no_test_of_its_own() -> None:
+    """dbt's var ``keyed_models`` drives sql/tests/keys_of_marts_and_reports.sql (each model's
+    meta.key, not null and unique): every mart and report, no other. The
+    key is declared once (meta.key): no per-model key test to drift from it."""
+    project = yaml.safe_load((SQL / "dbt_project.yml").read_text())
+    models = [
+        m
+        for layer in ("marts", "reports")
+        for f in sorted((SQL / layer).glob("_*.yml"))
+        for m in yaml.safe_load(f.read_text())["models"]
+    ]
+    assert sorted(project["vars"]["keyed_models"]) == sorted(m["name"] for m in models)
+    for model in models:
+        assert model["config"]["meta"]["key"], model["name"]
+        tests = {next(iter(t)) for t in model.get("data_tests", [])}
+        assert "primary_key" not in tests, f"{model['name']}: its key is checked by the key test"
+    assert not (SQL / "tests" / "generic" / "primary_key.sql").exists()

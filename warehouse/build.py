@@ -54,7 +54,7 @@ TMP_PREFIX = "warehouse.duckdb.building-"
 SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
 SCRATCH_DIR = "scratch"
 # When several tests fail, the error names the first of these kinds (a broken key explains the rest).
-TEST_PRIORITY = {"primary_key": 0, dbt_run.STAGING_CHECK: 0, "accepted_values": 1, "references": 2}
+TEST_PRIORITY = {dbt_run.STAGING_CHECK: 0, dbt_run.KEYS_CHECK: 0, "accepted_values": 1, "references": 2}
 
 
 class BuildError(RuntimeError):
@@ -119,7 +119,7 @@ class BuildResult:
     nights: tuple[dt.date, ...]  # every night the warehouse holds
     models: tuple[str, ...]
     rows: dict[str, int]  # model or landing table -> rows built by this build (its nights)
-    checks: int  # dbt tests run (all passed)
+    checks: int  # checks passed, as meta.checks lists them (a model and a check: unique(key), ...)
     duplicates_dropped: dict[str, int] = field(default_factory=dict)  # staging model -> rows
     others: dict[str, dict[str, int]] = field(default_factory=dict)  # "model.column" -> raw -> rows
     seconds: float = 0.0
@@ -332,7 +332,7 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
         nights=tuple(m.snapshot_date for m in plan.manifests),
         models=tuple(n.relation for n in run.models()),
         rows=rows,
-        checks=sum(1 for t in run.tests() if t.status == "pass"),
+        checks=len(dbt_run.checks_rows(run, relations)),
         duplicates_dropped=duplicates,
         others=others,
         built_nights=tuple(plan.build_nights),
@@ -453,6 +453,16 @@ def _raise_first_failure(
                 f"meta.storage is {node.storage or 'not set'!r} in its YAML: say how its rows are kept "
                 f"({', '.join(cat.STORAGES)}; see sql/dbt_project.yml)",
             )
+    key_checked = {m for t in run.tests() if t.check in dbt_run.KEY_CHECKS for m in t.reads}
+    for node in run.models():
+        if node.unique_id not in key_checked:
+            var = "landing_tables" if node.relation.startswith("staging.") else "keyed_models"
+            raise BuildCheckError(
+                node.relation,
+                "key",
+                f"no test checks its key: add it to the var {var} in sql/dbt_project.yml "
+                "(the singular tests in sql/tests/ check the key of every model listed there)",
+            )
     failed = [t for t in run.tests() if t.status in ("fail", "error", "warn")]
     # The most telling first: a broken key explains the failures of the tests that follow from it.
     failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name or t.check, len(TEST_PRIORITY)))
@@ -466,9 +476,9 @@ def _test_failure(
     con: duckdb.DuckDBPyConnection, node: dbt_run.Node, relations: Mapping[str, str]
 ) -> tuple[str, str, str]:
     """The failing model, the check and a few of the rows that fail (the test's own query, run
-    again). The first failing row may say more: a primary_key test's ``problem`` (null or
-    duplicate) names the check; a row with ``model`` and ``check_name`` (a singular test over many
-    models) names both; ``table_name`` (landed rows against the manifests) names the landed table."""
+    again). The first failing row may say more: a row with ``model`` and ``check_name`` (a singular
+    test over many models: keys, reconciliation) names both; ``table_name`` (landed rows against
+    the manifests) names the landed table."""
     model = dbt_run.test_target(node, relations)
     if node.status == "error" or not node.compiled_code:
         return model, dbt_run.describe_test(node, relations), node.message
@@ -482,8 +492,7 @@ def _test_failure(
     if "table_name" in first:
         model = f"landing.{first['table_name']}"
     model = str(first.get("model") or model)
-    problem = str(first.get("problem") or "")
-    check = str(first.get("check_name") or dbt_run.describe_test(node, relations, problem))
+    check = str(first.get("check_name") or dbt_run.describe_test(node, relations))
     shown = "; ".join(", ".join(f"{k}={v}" for k, v in e.items()) for e in examples)
     return model, check, f"{node.failures} failing row(s), e.g. {shown}"
 

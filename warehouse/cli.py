@@ -84,7 +84,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         how = "rebuilt whole" if result.full_refresh else "built incrementally"
         out.print(
             f"warehouse {result.path}: {len(result.nights)} night(s), {len(result.built_nights)} {how}, "
-            f"{result.checks} dbt tests passed",
+            f"{result.checks} checks passed",
             soft_wrap=True,
         )
     else:

@@ -58,7 +58,7 @@ class Node:
     failures: int
     compiled_code: str
     attached_to: str  # a test's model (unique id), "" for a singular test
-    test_name: str  # a generic test's name (primary_key, accepted_values, ...), "" otherwise
+    test_name: str  # a generic test's name (accepted_values, references, ...), "" otherwise
     check: str  # a singular test's meta.check: the name the build reports it by
     test_kwargs: Mapping[str, Any] = field(default_factory=dict)
     reads: tuple[str, ...] = ()  # the models (unique ids) a test reads
@@ -333,19 +333,10 @@ def sql_path(project_dir: Path, layer: str, name: str) -> Path:
     return project_dir / layer / f"{name}.sql"
 
 
-# What a primary_key test's failing row says is wrong (its ``problem`` column), as a check name.
-KEY_PROBLEMS = {"null": "not_null", "duplicate": "unique"}
-
-
-def describe_test(node: Node, relations: Mapping[str, str], problem: str = "") -> str:
-    """A test as a check name: ``unique(snapshot_date, membership_id)``, ``not_null(client_number)``.
-
-    A ``primary_key`` test is both checks in one query: ``problem`` (a failing row's) says which
-    one failed; without it the test is named ``primary_key(...)``."""
+def describe_test(node: Node, relations: Mapping[str, str]) -> str:
+    """A test as a check name: ``accepted_values(status)``, ``references(marts.x (client_number))``;
+    a singular test by its meta.check (its failing rows name model and check themselves)."""
     kwargs = node.test_kwargs
-    if node.test_name == "primary_key":
-        check = KEY_PROBLEMS.get(problem, "primary_key")
-        return f"{check}({', '.join(kwargs.get('columns', []))})"
     if node.test_name == "references":
         target = str(kwargs.get("to", ""))
         for unique_id, relation in relations.items():
@@ -362,30 +353,42 @@ def test_target(node: Node, relations: Mapping[str, str]) -> str:
     return relations.get(node.attached_to, node.name)
 
 
-# The singular test (sql/tests/staging_keys_and_landing.sql) that checks every staging model in
-# one query: when it passes, it is three checks per model it reads, as if each had its own tests.
-STAGING_CHECK = "staging_keys_and_landing"
+# The singular tests that check many models in one query (sql/tests/): when one passes, it is
+# each model's checks, as if each model had tests of its own.
+STAGING_CHECK = "staging_keys_and_landing"  # every staging model: key, and reconciled with landing
+KEYS_CHECK = "keys_of_marts_and_reports"  # every mart and report: key
+KEY_CHECKS = (STAGING_CHECK, KEYS_CHECK)  # between them, every model's key
 
 
 def checks_rows(run: DbtRun, relations: Mapping[str, str]) -> Sequence[tuple[str, str, str]]:
-    """(model, check, detail) of every check that passed: a primary_key test is two of them, the
-    staging test three per staging model."""
+    """(model, check, detail) of every check that passed: the key test two per mart and report
+    it reads, the staging test three per staging model."""
     keys = {m.unique_id: m.key for m in run.models()}
     rows: list[tuple[str, str, str]] = []
     for t in run.tests():
         if t.status != "pass":
             continue
-        if t.check == STAGING_CHECK:
+        if t.check in KEY_CHECKS:
             for model in sorted(t.reads):
                 relation = relations[model]
-                rows += [(relation, check, "") for check in staging_checks(relation, keys[model])]
+                checks = (
+                    staging_checks(relation, keys[model])
+                    if t.check == STAGING_CHECK
+                    else key_checks(keys[model])
+                )
+                rows += [(relation, check, "") for check in checks]
             continue
-        for problem in KEY_PROBLEMS if t.test_name == "primary_key" else ("",):
-            rows.append((test_target(t, relations), describe_test(t, relations, problem), ""))
+        rows.append((test_target(t, relations), describe_test(t, relations), ""))
     return rows
+
+
+def key_checks(key: Sequence[str]) -> tuple[str, str]:
+    """What a key test checks, named as its failing rows name it."""
+    columns = ", ".join(key)
+    return f"not_null({columns})", f"unique({columns})"
 
 
 def staging_checks(relation: str, key: Sequence[str]) -> tuple[str, ...]:
     """What the staging test checks of ``staging.<t>``, named as its failing rows name them."""
-    columns, landed = ", ".join(key), relation.split(".", 1)[1]
-    return f"not_null({columns})", f"unique({columns})", f"reconciles_with(landing.{landed})"
+    landed = relation.split(".", 1)[1]
+    return (*key_checks(key), f"reconciles_with(landing.{landed})")

@@ -20,32 +20,15 @@ with counted as (
         'staging.{{ table_name }}' as model,
         '{{ table_name }}' as landed,
         '{{ key | join(", ") }}' as key_columns,
-        totals.staged_rows,
-        totals.null_keys,
-        keys.duplicate_keys,
-        keys.duplicate_example,
+        counts.n_rows as staged_rows,
+        counts.null_keys,
+        counts.duplicate_keys,
+        counts.duplicate_example,
         (
             select count(*)
             from (select distinct {{ key | join(', ') }} from {{ source('landing', table_name) }})
         ) as landed_keys
-    from (
-        select
-            count(*) as staged_rows,
-            count(*) filter (where {% for column in key %}{{ column }} is null{% if not loop.last %} or {% endif %}{% endfor %}) as null_keys
-        from {{ staged }}
-    ) as totals
-    cross join (
-        select
-            count(*) filter (where n_rows > 1) as duplicate_keys,
-            min(key_text) filter (where n_rows > 1) as duplicate_example
-        from (
-            select
-                concat_ws(', '{% for column in key %}, {{ column }}::varchar{% endfor %}) as key_text,
-                count(*) as n_rows
-            from {{ staged }}
-            group by {{ key | join(', ') }}
-        )
-    ) as keys
+    from ({{ key_counts(staged, key) }}) as counts
     {% if not loop.last %}union all{% endif %}
     {% endfor %}
 
@@ -53,15 +36,7 @@ with counted as (
 
 checks as (
 
-    select 1 as rank, 'null' as problem, 'not_null(' || key_columns || ')' as check_name, *
-    from counted
-    where null_keys > 0
-
-    union all
-
-    select 2 as rank, 'duplicate' as problem, 'unique(' || key_columns || ')' as check_name, *
-    from counted
-    where duplicate_keys > 0
+    {{ key_problems('counted') }}
 
     union all
 
