@@ -4,29 +4,17 @@
     keys_of_marts_and_reports) select from it once per model, beside the model's name and its
     `key_columns` (the key as text), and take their failing rows from key_problems. -#}
 {% macro key_counts(relation, key) %}
+    -- one scan and one grouping per model: a key's rows are counted once, its text made once
     select
-        totals.n_rows,
-        totals.null_keys,
-        keys.duplicate_keys,
-        keys.duplicate_example
+        coalesce(sum(n_rows), 0) as n_rows,
+        coalesce(sum(n_rows) filter (where {% for column in key %}{{ column }} is null{% if not loop.last %} or {% endif %}{% endfor %}), 0) as null_keys,
+        count(*) filter (where n_rows > 1) as duplicate_keys,
+        min(concat_ws(', '{% for column in key %}, {{ column }}::varchar{% endfor %})) filter (where n_rows > 1) as duplicate_example
     from (
-        select
-            count(*) as n_rows,
-            count(*) filter (where {% for column in key %}{{ column }} is null{% if not loop.last %} or {% endif %}{% endfor %}) as null_keys
+        select {{ key | join(', ') }}, count(*) as n_rows
         from {{ relation }}
-    ) as totals
-    cross join (
-        select
-            count(*) filter (where n_rows > 1) as duplicate_keys,
-            min(key_text) filter (where n_rows > 1) as duplicate_example
-        from (
-            select
-                concat_ws(', '{% for column in key %}, {{ column }}::varchar{% endfor %}) as key_text,
-                count(*) as n_rows
-            from {{ relation }}
-            group by {{ key | join(', ') }}
-        )
-    ) as keys
+        group by {{ key | join(', ') }}
+    )
 {% endmacro %}
 
 {#- The failing rows of `counted` (rows of key_counts with `key_columns`): a null key column
