@@ -313,8 +313,9 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
             with _timed(phases, "parts"):
                 parts = _write_parts(con, data_dir, run, plan, build_id)
                 rows, duplicates, others = _tallies(con, run)
+        checks = dbt_run.checks_rows(run, relations)
         with _timed(phases, "catalog"):
-            _write_catalog(tmp, data_dir, plan, files, parts, run, relations, project)
+            _write_catalog(tmp, data_dir, plan, files, parts, run, checks, project)
         crashpoint("during_warehouse_build")
         with _timed(phases, "publish"):
             _publish(tmp, data_dir.warehouse_db, {m.snapshot_date: m.committed_at for m in plan.manifests})
@@ -332,7 +333,7 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
         nights=tuple(m.snapshot_date for m in plan.manifests),
         models=tuple(n.relation for n in run.models()),
         rows=rows,
-        checks=len(dbt_run.checks_rows(run, relations)),
+        checks=len(checks),
         duplicates_dropped=duplicates,
         others=others,
         built_nights=tuple(plan.build_nights),
@@ -558,10 +559,11 @@ def _write_catalog(
     files: Sequence[cat.LandedFile],
     parts: Sequence[cat.Part],
     run: dbt_run.DbtRun,
-    relations: Mapping[str, str],
+    checks: Sequence[tuple[str, str, str]],
     project: Path,
 ) -> None:
-    """The new catalog: meta tables, landing views over every night, a view per model."""
+    """The new catalog: meta tables (``checks``: every check passed, as model, check, detail),
+    landing views over every night, a view per model."""
     with contextlib.closing(_connect(tmp)) as con:
         for schema in ("meta", "landing", *LAYERS):
             con.execute(f"CREATE SCHEMA {schema}")
@@ -569,7 +571,6 @@ def _write_catalog(
         cat.register_table(con, "meta.landed_files", cat.landed_files_table(files))
         cat.register_table(con, "meta.parts", cat.parts_table(parts))
         cat.register_table(con, "meta.models", _models_table(load_models(project), project))
-        checks = dbt_run.checks_rows(run, relations)
         cat.register_table(
             con,
             "meta.checks",
