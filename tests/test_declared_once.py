@@ -26,6 +26,7 @@ from membersync.flows import batches as B
 from membersync.models import coerce
 from membersync.models import tables as T
 from membersync.warehouse.catalog import LINEAGE
+from membersync.warehouse.dbt_run import model_yaml
 from membersync.warehouse.export import REPORTS
 
 SQL = Path(__file__).resolve().parent.parent / "sql"
@@ -423,12 +424,7 @@ def test_every_mart_and_report_is_in_the_key_test_and_has_no_test_of_its_own() -
     meta.key, not null and unique): every mart and report, no other. The
     key is declared once (meta.key): no per-model key test to drift from it."""
     project = yaml.safe_load((SQL / "dbt_project.yml").read_text())
-    models = [
-        m
-        for layer in ("marts", "reports")
-        for f in sorted((SQL / layer).glob("_*.yml"))
-        for m in yaml.safe_load(f.read_text())["models"]
-    ]
+    models = [m for m in model_yaml(SQL) if m["_layer"] in ("marts", "reports")]
     assert sorted(project["vars"]["keyed_models"]) == sorted(m["name"] for m in models)
     for model in models:
         assert model["config"]["meta"]["key"], model["name"]
