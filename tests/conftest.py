@@ -5,8 +5,9 @@
   should use ``fresh_sandbox`` so that other tests' truth does not move under them.
 - ``fresh_sandbox(**config)``: a new sandbox per call (``SandboxConfig`` keywords, checked),
   stopped when the test ends.
-- ``s3_endpoint`` (per module): moto's S3 server on 127.0.0.1; ``aws_env``: the standard AWS
-  variables for it (set in this process too), with bucket ``BUCKET`` created.
+- ``s3_endpoint`` (per module): moto's S3 server on 127.0.0.1, in a process of its own;
+  ``aws_env``: the standard AWS variables for it (set in this process too), with bucket
+  ``BUCKET`` created.
 - ``prefect_database``: a fresh PostgreSQL server for a Prefect server (``tests/postgres.py``).
 - ``tmp_root``: a temporary directory, removed after the test; ``sandboxes(**config)``:
   ``fresh_sandbox`` with the reliability scenarios' fixed anchor date (``reliability.ANCHOR``).
@@ -21,7 +22,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -98,17 +104,50 @@ def prefect_database() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3 server in a process of its own: in this one, its CPU (every upload of every
+    night the test runs) would hold back the sandboxes' loops, whose token buckets count a
+    request when it is handled, not when it was sent."""
+    from membersync.flows.schedule import free_port
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
+    moto = Path(sys.executable).parent / "moto_server"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    for _attempt in range(3):  # a port taken between free_port() and the bind: another one
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+            )
+        if _answers(url, process, timeout=60.0):
+            break
+        process.kill()
+        process.wait()
+    else:
+        raise RuntimeError(f"moto's S3 server did not start: {log.read_text(errors='replace')[-2000:]}")
     try:
         yield url
     finally:
-        server.stop()
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _answers(url: str, process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """True once ``url`` answers HTTP; False when the process exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            urllib.request.urlopen(url + "/", timeout=2).close()
+            return True
+        except urllib.error.HTTPError:
+            return True  # an answer, whatever its status
+        except OSError:
+            time.sleep(0.1)
+    return False
 
 
 @pytest.fixture

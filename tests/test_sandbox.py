@@ -971,6 +971,20 @@ def test_rate_limit_answers_429_with_retry_after(fresh_sandbox: Callable[..., Ru
     assert running.stats.rate_limited == len(limited)
 
 
+def test_the_stats_say_when_the_loop_was_held_back(fresh_sandbox: Callable[..., RunningSandbox]) -> None:
+    """Case: the sandbox's loop blocked for 0.4 s (a busy process): its stats note a late wake-up
+    of at least 0.3 s in that second (or the next, when the block straddled a second's end)."""
+    running = fresh_sandbox(clients=5)
+    blocked_at = int(time.monotonic())
+    running.call(lambda _service: time.sleep(0.4))
+    time.sleep(0.2)  # the watch wakes (late) and notes it
+    late = dict(running.stats.loop_late_per_second)
+    assert max(late.get(blocked_at, 0.0), late.get(blocked_at + 1, 0.0)) >= 0.3, late
+    with httpx.Client(base_url=running.url) as client:
+        served = client.get("/_sandbox/stats").json()["loop_late_per_second"]
+    assert {int(k): v for k, v in served.items() if int(k) in late} == late
+
+
 def is_faulty(response: httpx.Response | None) -> bool:
     if response is None:
         return True  # dropped connection

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import datetime as dt
 import hmac
@@ -133,6 +134,11 @@ class SandboxStats:
     # server: requests let through the token bucket, and requests refused with a 429.
     passed_per_second: Counter[int] = field(default_factory=Counter)
     refused_per_second: Counter[int] = field(default_factory=Counter)
+    # How late the server's loop woke, per second (the worst of a LOOP_TICK timer, only seconds
+    # with a wake-up over LOOP_LATE_NOTED): the counts above are taken when a request is
+    # handled, so a loop held back (a busy machine, a busy process) meets the requests sent
+    # meanwhile at once, and its bucket refuses them however evenly they were sent.
+    loop_late_per_second: dict[int, float] = field(default_factory=dict)
 
     @property
     def faults_injected(self) -> int:
@@ -149,10 +155,13 @@ class SandboxStats:
             "unauthorized": self.unauthorized,
             "passed_per_second": dict(self.passed_per_second),
             "refused_per_second": dict(self.refused_per_second),
+            "loop_late_per_second": dict(self.loop_late_per_second),
         }
 
 
 STATS_PATH = "/_sandbox/stats"
+LOOP_TICK = 0.05  # seconds between the loop watch's wake-ups
+LOOP_LATE_NOTED = 0.02  # seconds late: a wake-up later than this is noted in the stats
 
 
 class TokenBucket:
@@ -249,6 +258,31 @@ class SandboxServer:
         self._buckets: dict[str, TokenBucket] = {}
         self._burst = config.burst or max(1.0, config.rate)
         self._faults = random.Random(config.seed ^ 0x5EED)
+        self._watch: asyncio.Task[None] | None = None
+
+    # --- the loop watch -----------------------------------------------------------------------
+
+    def start_watch(self) -> None:
+        """Note in the stats how late the server's loop wakes (on the running loop)."""
+        self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
+
+    async def stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
+
+    async def _watch_loop(self) -> None:
+        late_per_second = self.stats.loop_late_per_second
+        while True:
+            due = time.monotonic() + LOOP_TICK
+            await asyncio.sleep(LOOP_TICK)
+            now = time.monotonic()
+            late = now - due
+            if late > LOOP_LATE_NOTED:
+                second = int(now)
+                late_per_second[second] = max(late, late_per_second.get(second, 0.0))
 
     # --- the handler --------------------------------------------------------------------------
 
@@ -531,7 +565,13 @@ async def _start_site(server: SandboxServer, host: str, port: int) -> tuple[web.
         raise SettingsError(f"sandbox cannot listen on {host}:{port} ({exc.strerror or exc})") from None
     addresses = runner.addresses
     actual = int(addresses[0][1]) if addresses else port
+    server.start_watch()
     return runner, actual
+
+
+async def _stop_site(server: SandboxServer, runner: web.ServerRunner) -> None:
+    await server.stop_watch()
+    await runner.cleanup()
 
 
 def serve_forever(config: SandboxConfig, host: str = "127.0.0.1", port: int = 8700) -> None:
@@ -554,7 +594,7 @@ async def _serve(server: SandboxServer, host: str, port: int) -> None:
         await stop.wait()
     finally:
         log.info("sandbox stopping after %d requests", server.stats.requests)
-        await runner.cleanup()
+        await _stop_site(server, runner)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
@@ -613,7 +653,7 @@ class RunningSandbox:
         try:
             loop.run_forever()
         finally:
-            loop.run_until_complete(self._runner.cleanup())
+            loop.run_until_complete(_stop_site(self.server, self._runner))
             loop.close()
 
     def call(self, fn: Callable[[Service], T]) -> T:
