@@ -22,6 +22,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from membersync.flows.schedule import stop_process
+
 USERNAME = PASSWORD = "sandbox"
 
 
@@ -178,12 +180,7 @@ def run_sandbox_bench(
         result = queue.get(timeout=seconds + 120)
         child.join(30)
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace=15.0)
     # On a shared machine the server may not get a whole core: requests per second of the server's
     # own CPU time says what one whole core would serve.
     return {
