@@ -271,6 +271,12 @@ def bench(
     announced: Annotated[
         bool, typer.Option("--announced", help="rate matrix: each cell also with RateLimit-* headers")
     ] = False,
+    next_night: Annotated[
+        bool,
+        typer.Option(
+            "--next-night", help="rate matrix: measure a second night, started at the rate the first found"
+        ),
+    ] = False,
     history_cost: Annotated[
         bool, typer.Option("--history-cost", help="requests and bytes: whole histories vs the window")
     ] = False,
@@ -284,7 +290,9 @@ def bench(
         numbers = guarded(lambda: _numbers(rates, "--rates") + _numbers(latencies, "--latencies"))
         split = len(rates.split(","))
         raise typer.Exit(
-            run_rate_matrix(numbers[:split], bursts.split(","), numbers[split:], seconds, markdown, announced)
+            run_rate_matrix(
+                numbers[:split], bursts.split(","), numbers[split:], seconds, markdown, announced, next_night
+            )
         )
     raise typer.Exit(run_bench_cli(clients or [10_000], sandbox_only=sandbox_only))
 

@@ -292,3 +292,23 @@ def test_the_rate_matrix_measures_each_cell_once() -> None:
     assert len(grid) == len(set(grid)) == 10  # 2 rates x 3 bursts x 2 latencies, less (20, 20) twice
     assert (20.0, 20.0, 0.0, False) in grid and (50.0, 50.0, 20.0, False) in grid
     assert len(matrix_grid([20.0], ["R"], [0.0], announced=True)) == 2  # silent and announced
+
+
+def test_case_the_rate_matrix_measures_from_the_measured_nights_first_second() -> None:
+    """The caller subtracts the server's counts from before the night (a probe's, or with
+    ``--next-night`` the whole first night's): the seconds left at 0 are not the night's, so the
+    first 5 s are skipped from its first request, not from the night before (which put a
+    second night at 42 % of its limit: two nights and the gap between them in one span)."""
+    from membersync.flows.benchmarks.sync import server_share
+
+    night_before = {str(s): 0 for s in range(100, 130)}  # all subtracted away
+    passed = {**night_before, **{str(s): 19 for s in range(200, 215)}, "215": 7}
+    refused = {**night_before, "203": 2, "208": 1}
+    share, whole_429, steady_429, span = server_share(
+        {"passed_per_second": passed, "refused_per_second": refused}, rate=20.0
+    )
+    # measured: seconds 205..213 (from the 6th second to the last whole one, exclusive)
+    assert span == 9.0
+    assert share == pytest.approx(19 * 9 / 9 / 20)
+    assert steady_429 == pytest.approx(1 / (19 * 9 + 1))  # the refusal at 208; 203 is the discovery's
+    assert whole_429 == pytest.approx(3 / (19 * 15 + 7 + 3))

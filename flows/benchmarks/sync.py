@@ -140,16 +140,22 @@ class Measured:
 
 
 def run_child(
-    url: str, *, prefect: bool, timeout: float, extra_env: dict[str, str] | None = None
+    url: str,
+    *,
+    prefect: bool,
+    timeout: float,
+    extra_env: dict[str, str] | None = None,
+    data_dir: Path | None = None,
 ) -> Measured:
-    """One full night against ``url`` in a fresh process and data dir; its own figures."""
+    """One full night against ``url`` in a fresh process, and a fresh data dir unless ``data_dir``
+    (a previous night's: its state, the rate it found included); its own figures."""
     with tempfile.TemporaryDirectory(prefix="membersync-bench-") as tmp:
         env = {
             **os.environ,
             "MEMBERSYNC_BASE_URL": url,
             "MEMBERSYNC_USERNAME": USERNAME,
             "MEMBERSYNC_PASSWORD": PASSWORD,
-            "MEMBERSYNC_DATA_DIR": str(Path(tmp) / "data"),
+            "MEMBERSYNC_DATA_DIR": str(data_dir or Path(tmp) / "data"),
             "PREFECT_HOME": str(Path(tmp) / "prefect"),
             **(extra_env or {}),
         }
@@ -322,6 +328,7 @@ class RateCell:
     share_429: float  # of every request the server saw (the rate's discovery included)
     steady_429: float  # of the requests the server saw in the measured span
     seconds: float  # the measured span
+    started_at: float | None = None  # req/s: the rate a previous night found (--next-night)
 
     @property
     def ok(self) -> bool:
@@ -335,8 +342,10 @@ def server_share(stats: dict[str, Any], rate: float, skip_s: int = 5) -> tuple[f
     The pace is what the server let through per second, from ``skip_s`` s after the first
     request to the last whole second (the night's tail, when few clients remain, is not pace).
     """
-    passed = {int(k): v for k, v in stats["passed_per_second"].items()}
-    refused = {int(k): v for k, v in stats["refused_per_second"].items()}
+    # (Seconds whose counts the caller subtracted to 0 are not the night's: a probe's before it,
+    # or, with --next-night, the night before.)
+    passed = {int(k): v for k, v in stats["passed_per_second"].items() if v}
+    refused = {int(k): v for k, v in stats["refused_per_second"].items() if v}
     seconds = sorted(set(passed) | set(refused))
     if not seconds:
         return 0.0, 0.0, 0.0, 0.0
@@ -351,22 +360,54 @@ def server_share(stats: dict[str, Any], rate: float, skip_s: int = 5) -> tuple[f
     return through / span / rate, sum(refused.values()) / total, steady, float(span)
 
 
-def rate_cell(rate: float, burst: float, latency_ms: float, seconds: float, announce: bool) -> RateCell:
-    """One night against a sandbox limited to ``rate``/s with ``burst`` tokens and ``latency_ms``."""
+def rate_cell(
+    rate: float, burst: float, latency_ms: float, seconds: float, announce: bool, next_night: bool = False
+) -> RateCell:
+    """One night against a sandbox limited to ``rate``/s with ``burst`` tokens and ``latency_ms``.
+
+    With ``next_night``, two nights in one data dir: the first finds the rate and remembers it
+    (``state/rate.json``), the second, the one measured, starts at it, as every night after a
+    deployment's first does.
+    """
     clients = max(20, int(rate * (seconds + 6) / 9.3))  # ~9.3 requests per client
-    with sandbox_process(
-        clients, rate=rate, latency_ms=latency_ms, burst=burst, announce_limits=announce
-    ) as url:
+    env = {"MEMBERSYNC_BATCHES_IN_FLIGHT": "4"}
+    with (
+        sandbox_process(
+            clients, rate=rate, latency_ms=latency_ms, burst=burst, announce_limits=announce
+        ) as url,
+        tempfile.TemporaryDirectory(prefix="membersync-bench-nights-") as tmp,
+    ):
+        data_dir = Path(tmp) / "data" if next_night else None
+        started_at = None
+        if data_dir is not None:
+            run_child(url, prefect=False, timeout=3600, extra_env=env, data_dir=data_dir)
+            from membersync.flows.nightly import remembered_rate
+            from membersync.warehouse.paths import DataDir
+
+            started_at = remembered_rate(DataDir(data_dir))
+            if started_at is None:
+                raise RuntimeError("the first night remembered no rate: nothing for the next to start at")
+            time.sleep(2.0)  # (the server's per-second counts of the two nights apart)
         httpx.get(f"{url}/_sandbox/stats", timeout=5)  # (warm: the sandbox counts from the night's start)
         before = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
-        night = run_child(url, prefect=False, timeout=3600, extra_env={"MEMBERSYNC_BATCHES_IN_FLIGHT": "4"})
+        night = run_child(url, prefect=False, timeout=3600, extra_env=env, data_dir=data_dir)
         after = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
     for key in ("passed_per_second", "refused_per_second"):
         for second, count in before[key].items():
             after[key][second] -= count  # the start-up probe is not the night
     share, share_429, steady_429, span = server_share(after, rate)
     return RateCell(
-        rate, burst, latency_ms, announce, night.requests, night.retries, share, share_429, steady_429, span
+        rate,
+        burst,
+        latency_ms,
+        announce,
+        night.requests,
+        night.retries,
+        share,
+        share_429,
+        steady_429,
+        span,
+        started_at,
     )
 
 
@@ -393,15 +434,17 @@ def run_rate_matrix(
     seconds: float,
     markdown: str | None,
     announced: bool = False,
+    next_night: bool = False,
 ) -> int:
-    """``membersync bench --rate-matrix``: % of the limit held at the server, % 429, retries."""
+    """``membersync bench --rate-matrix``: % of the limit held at the server, % 429, retries;
+    with ``next_night``, of a night that starts at the rate the night before it found."""
     cells: list[RateCell] = []
     for rate, burst, latency, announce in matrix_grid(rates, bursts, latencies, announced):
         err.print(
             f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
             f"{'announced' if announce else 'silent'} ..."
         )
-        cell = rate_cell(rate, burst, latency, seconds, announce)
+        cell = rate_cell(rate, burst, latency, seconds, announce, next_night)
         err.print(
             f"  {cell.share_of_limit:.1%} of the limit, {cell.steady_429:.2%} 429 "
             f"({cell.share_429:.2%} over the night)"
@@ -420,7 +463,8 @@ def run_rate_matrix(
         "retries",
         "",
     )
-    for column in columns:
+    started = any(c.started_at is not None for c in cells)
+    for column in columns[:4] + (("started at",) if started else ()) + columns[4:]:
         table.add_column(column, justify="right")
     for c in cells:
         table.add_row(
@@ -428,6 +472,7 @@ def run_rate_matrix(
             f"{c.burst:g}",
             f"{c.latency_ms:g} ms",
             "announced" if c.announce else "silent",
+            *((_started(c),) if started else ()),
             f"{c.requests:,}",
             f"{c.share_of_limit:.1%}",
             f"{c.steady_429:.2%}",
@@ -443,16 +488,23 @@ def run_rate_matrix(
     return 0
 
 
+def _started(cell: RateCell) -> str:
+    return f"{cell.started_at:.1f}/s" if cell.started_at is not None else ""
+
+
 def _rate_markdown(cells: list[RateCell]) -> str:
+    started = any(c.started_at is not None for c in cells)
     lines = [
-        "| rate/s | burst | latency | limit headers | requests | % of limit | % 429 "
-        "| % 429 whole night | retries | met |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
+        "| rate/s | burst | latency | limit headers | "
+        + ("started at | " if started else "")
+        + "requests | % of limit | % 429 | % 429 whole night | retries | met |",
+        "|---:|---:|---:|---|" + ("---:|" if started else "") + "---:|---:|---:|---:|---:|---|",
     ]
     for c in cells:
         lines.append(
             f"| {c.rate:g} | {c.burst:g} | {c.latency_ms:g} ms | {'announced' if c.announce else 'silent'} "
-            f"| {c.requests:,} | {c.share_of_limit:.1%} | {c.steady_429:.2%} | {c.share_429:.2%} "
+            + (f"| {_started(c)} " if started else "")
+            + f"| {c.requests:,} | {c.share_of_limit:.1%} | {c.steady_429:.2%} | {c.share_429:.2%} "
             f"| {c.retries:,} "
             f"| {'yes' if c.ok else 'no'} |"
         )
