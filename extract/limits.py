@@ -92,6 +92,8 @@ class RateLimiter:
         self._sleep = sleep
         self.announced: float | None = None  # the server's own word (RateLimit-* headers)
         self.ceiling: float | None = initial  # the server's rate as estimated at the last 429
+        # The level the last cut settled on: the probe raises ``ceiling`` past it, unrefused.
+        self._settled: float | None = initial
         start = initial * (1 - constants.RATE_MARGIN) if initial and adaptive else None
         self.rate: float | None = self._capped(start) if start else cap  # None = unlimited
         self._early = constants.RATE_BURST  # intervals a request may leave early (0 after a 429)
@@ -120,6 +122,20 @@ class RateLimiter:
         self._window_start: float | None = None
         self._window_count = 0
         self.throughput = 0.0
+
+    @property
+    def found(self) -> float | None:
+        """The server's rate as the last cut settled it (for the next night to start at), or
+        ``ceiling`` when no cut did.
+
+        Not ``ceiling`` itself: the probe raises it past the last cut while no 429 comes, and a
+        big bucket lets the probe run well past the limit (remembered 66-69 req/s for a limit of
+        50 with a bucket of 20 or 50, measured): the next night began above the limit.
+        """
+        settled, ceiling = self._settled, self.ceiling
+        if settled is None or ceiling is None:
+            return ceiling
+        return min(settled, ceiling)
 
     def _capped(self, rate: float) -> float:
         for limit in (self.cap, self.announced):
@@ -268,6 +284,7 @@ class RateLimiter:
             too_many = share >= 2 * constants.REFUSALS_TOLERATED
             if too_many and self.ceiling is not None and self.announced is None:
                 self.ceiling = min(self.ceiling, self.rate / (1 - constants.RATE_MARGIN))
+            self._settled = self.rate / (1 - constants.RATE_MARGIN)
             return True
         if accepted is not None:
             # We were sending above the limit, so what it accepted is the limit (at most): over
@@ -290,7 +307,7 @@ class RateLimiter:
             emptied = self._streak_start + self.latency
             accepted = self._accepted_rate(now, since=emptied) or accepted
             level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
-            self.ceiling = level
+            self.ceiling = self._settled = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
         # Too few answers for an estimate (the very first 429s, or a slow start at a low rate
@@ -325,7 +342,7 @@ class RateLimiter:
         now = self._clock()
         if limit.rate is not None and limit.rate > 0:
             self.announced = limit.rate * (1 - constants.ANNOUNCED_MARGIN)
-            self.ceiling = limit.rate
+            self.ceiling = self._settled = limit.rate
             self.rate = self._capped(self.rate if self.rate is not None else self.announced)
             self._early = 0.0
         if limit.remaining is not None and limit.remaining <= 0:

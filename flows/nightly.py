@@ -351,7 +351,7 @@ class NightRun:
     async def close(self) -> None:
         if self.client is not None:
             self._collect_stats()
-            remember_rate(self.data_dir, self.client.rate.ceiling)
+            remember_rate(self.data_dir, self.client.rate.found)
             await self.client.aclose()
             self.client = None
 

@@ -827,6 +827,40 @@ def test_case_a_streak_of_429s_measures_the_limit_without_the_bucket() -> None:
     assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
 
 
+def test_case_the_rate_a_night_remembers_is_its_last_cut_not_the_probes_peak() -> None:
+    """The next night starts at the rate this one found. The estimate (``ceiling``) follows the
+    probe past the last cut while no 429 comes, and a big bucket lets the probe run well past the
+    limit before it refuses: remembered, 66-69 req/s for a limit of 50 (burst 20 or 50), and the
+    next night began above the limit. What a night remembers is the level its last cut settled."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=50.0, clock=t.clock, sleep=t.sleep)  # settled at 50
+    assert limiter.found == 50.0
+    limiter._last_refusal = t.now  # the 429 that settled it: the probe speeds up once none comes
+    limit, burst = 50.0, 50.0
+    tokens, last = burst, t.now
+    at_first_429: tuple[float | None, float | None] | None = None  # (ceiling, found)
+    end = t.now + 60.0
+    while t.now < end:
+        t.now = max(t.now, limiter.cooldown_until)
+        tokens, last = min(burst, tokens + (t.now - last) * limit), t.now
+        if tokens >= 1.0:
+            tokens -= 1.0
+            limiter.on_success(t.now, latency=0.02)
+        else:
+            at_first_429 = at_first_429 or (limiter.ceiling, limiter.found)
+            limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0)
+        t.now += 1 / limiter.rate
+    assert at_first_429 is not None
+    ceiling, found = at_first_429
+    # the probe ran past the limit, unrefused (the bucket): the estimate followed it, found did not
+    assert ceiling is not None and ceiling > 1.3 * limit
+    assert found == 50.0
+    # a night over, the probe's cycles and their cuts behind it: the limit, give or take the margin
+    assert limiter.found is not None and 0.95 * limit <= limiter.found <= 1.03 * limit  # (starts at x 0.98)
+    limiter.on_announced(RateAnnouncement(rate=40.0))  # the server's own word
+    assert limiter.found == 40.0
+
+
 def test_case_a_paced_429_pauses_two_intervals_not_50_ms() -> None:
     """Every 429 paused everyone at least MIN_PAUSE (50 ms, 25 slots at 500 req/s): at a small
     bucket, where a 429 comes every second or so, a quarter of the pace. Paced, the shared
