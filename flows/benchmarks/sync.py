@@ -394,7 +394,7 @@ def rate_cell(
         after = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
     for key in ("passed_per_second", "refused_per_second"):
         for second, count in before[key].items():
-            after[key][second] -= count  # the start-up probe is not the night
+            after[key][second] -= count  # the ready probe (and a first night) are not the night
     share, share_429, steady_429, span = server_share(after, rate)
     return RateCell(
         rate,
