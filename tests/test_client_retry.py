@@ -830,8 +830,9 @@ def test_case_a_streak_of_429s_measures_the_limit_without_the_bucket() -> None:
 def test_case_the_rate_a_night_remembers_is_its_last_cut_not_the_probes_peak() -> None:
     """The next night starts at the rate this one found. The estimate (``ceiling``) follows the
     probe past the last cut while no 429 comes, and a big bucket lets the probe run well past the
-    limit before it refuses: remembered, 66-69 req/s for a limit of 50 (burst 20 or 50), and the
-    next night began above the limit. What a night remembers is the level its last cut settled."""
+    limit before it refuses: remembered, up to 66.1 req/s for a limit of 50 at burst 20 and 69.3
+    at burst 50, and the next night began above the limit. What a night remembers is the level
+    its last cut settled."""
     t = FakeTime()
     limiter = RateLimiter(cap=None, initial=50.0, clock=t.clock, sleep=t.sleep)  # settled at 50
     assert limiter.found == 50.0
