@@ -387,7 +387,9 @@ def rate_cell(
             started_at = remembered_rate(DataDir(data_dir))
             if started_at is None:
                 raise RuntimeError("the first night remembered no rate: nothing for the next to start at")
-            time.sleep(2.0)  # (the server's per-second counts of the two nights apart)
+            # Nights are a day apart: the server's bucket is full again when the next begins (at
+            # most 1 s here, burst <= rate). (The subtraction below keeps their counts apart.)
+            time.sleep(2.0)
         httpx.get(f"{url}/_sandbox/stats", timeout=5)  # (warm: the sandbox counts from the night's start)
         before = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
         night = run_child(url, prefect=False, timeout=3600, extra_env=env, data_dir=data_dir)
