@@ -18,10 +18,12 @@ checks this). The figures and their targets: README.md, "Benchmarks".
       membersync bench --sandbox-only --clients 100000
       python -m membersync.flows.benchmarks.sandbox [clients] [seconds]   # one count, as JSON
 
-- :mod:`.cpu`: our CPU per request as a marginal between two night sizes, and Prefect's fixed
-  cost before a night's first request::
+- :mod:`.cpu`: our CPU per request as a marginal between two night sizes, split by where it is
+  spent (py-spy; :mod:`.flame` reads its folded stacks and draws the flame graph), and Prefect's
+  fixed cost before a night's first request::
 
       python -m membersync.flows.benchmarks.cpu marginal --sizes 1000,4000 --runs 3
+      python -m membersync.flows.benchmarks.cpu profile --sizes 1000,4000 [--out DIR]
       python -m membersync.flows.benchmarks.cpu prefect --runs 3 [--prefect-home DIR]
 
 - :mod:`.transport`: the client's CPU per request with each httpx transport::

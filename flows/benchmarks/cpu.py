@@ -4,6 +4,7 @@
 
     python -m membersync.flows.benchmarks.cpu marginal --sizes 1000,4000 --runs 3
     python -m membersync.flows.benchmarks.cpu prefect --runs 3 [--prefect-home DIR]
+    python -m membersync.flows.benchmarks.cpu profile --sizes 1000,4000 [--out DIR]
 
 ``marginal``: for each size, a sandbox of that many clients in its own process and full nights
 with Prefect off in child processes (:func:`membersync.flows.benchmarks.sync.run_child`); the marginal CPU
@@ -16,6 +17,11 @@ CPU of the whole process tree (the command and its children, e.g. Prefect's serv
 night's first data request starts (the configuration step), and for the whole command.
 ``--prefect-home`` reuses one PREFECT_HOME (a warm database, as night after night); without it
 each run gets a fresh one (a first night: database migrations included).
+
+``profile``: the same two nights (Prefect off) under py-spy (``record --gil --format raw``: CPU
+samples, idle threads left out), so the marginal CPU per request is split by where it is spent
+(our module files, each library): :mod:`membersync.flows.benchmarks.flame`. Writes the folded
+stacks of both nights and a flame graph (SVG) of the large one to ``--out``.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from membersync.flows.benchmarks import flame
 from membersync.flows.benchmarks.sync import PASSWORD, USERNAME, Measured, run_child, sandbox_process
 
 # Run in the measured `membersync sync` process: records wall time and the process tree's CPU
@@ -91,6 +99,61 @@ def marginal(sizes: list[int], runs: int) -> float:
     return per_request
 
 
+def _py_spy() -> str:
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not found:
+        raise SystemExit("py-spy is not installed: pip install py-spy (it is in the dev extras)")
+    return found
+
+
+def profile(sizes: list[int], rate_hz: int, out_dir: Path) -> list[flame.Marginal]:
+    """Each place's marginal CPU per request between the smallest and the largest night size."""
+    spy = _py_spy()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nights: list[tuple[Measured, flame.Stacks]] = []
+    for size in (sizes[0], sizes[-1]):
+        folded = out_dir / f"night-{size}.folded"
+        record = [spy, "record", "--gil", "--format", "raw", f"--rate={rate_hz}", f"--output={folded}", "--"]
+        with sandbox_process(size) as url:
+            got = run_child(url, prefect=False, timeout=6 * 3600, wrapper=record)
+        stacks = flame.parse_folded(folded.read_text())
+        samples = sum(stacks.values())
+        print(  # noqa: T201 - a benchmark's report
+            f"{size:,} clients: {got.requests:,} requests, {got.cpu_s:.2f} s CPU in the night; "
+            f"{samples:,} samples = {samples / rate_hz:.2f} s CPU with start-up ({folded})"
+        )
+        nights.append((got, stacks))
+    (small, small_stacks), (large, large_stacks) = nights
+    extra = large.requests - small.requests
+    rows = flame.marginal(flame.self_samples(small_stacks), flame.self_samples(large_stacks), rate_hz, extra)
+    sampled = sum(row.ms_per_request for row in rows)
+    measured = 1000 * (large.cpu_s - small.cpu_s) / extra
+    print(  # noqa: T201
+        f"\nmarginal CPU per request {sizes[0]:,} -> {sizes[-1]:,} clients: {sampled:.3f} ms sampled, "
+        f"{measured:.3f} ms measured (process CPU, one run each, under the profiler)\n"
+    )
+    print("| where (leaf frame) | ms per request | share |\n|---|---:|---:|")  # noqa: T201
+    for row in rows:
+        if abs(row.ms_per_request) >= 0.001:
+            print(f"| {row.place} | {row.ms_per_request:.3f} | {100 * row.ms_per_request / sampled:.0f} % |")  # noqa: T201
+    ours = [
+        row
+        for row in flame.marginal(
+            flame.inclusive_samples(small_stacks), flame.inclusive_samples(large_stacks), rate_hz, extra
+        )
+        if flame.is_ours(row.place) and not flame.frame_file(row.place).startswith("flows/benchmarks/")
+    ]
+    print("\n| our function (with what it calls) | ms per request |\n|---|---:|")  # noqa: T201
+    for row in ours[:15]:
+        print(f"| {row.place} | {row.ms_per_request:.3f} |")  # noqa: T201
+    svg = out_dir / f"night-{sizes[-1]}.svg"
+    title = f"membersync night, {sizes[-1]:,} clients, Prefect off, CPU (py-spy --gil)"
+    svg.write_text(flame.flame_svg(large_stacks, title))
+    print(f"\nflame graph: {svg}")  # noqa: T201
+    return rows
+
+
 def prefect_fixed(runs: int, prefect_home: str | None) -> None:
     with sandbox_process(20) as url:
         for mode in ("on", "off"):
@@ -136,9 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prefect", help="Prefect's fixed cost before the first request")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--prefect-home", default=None)
+    f = sub.add_parser("profile", help="the marginal CPU per request by where it is spent (py-spy)")
+    f.add_argument("--sizes", default="1000,4000")
+    f.add_argument("--rate", type=int, default=250, help="samples per second")
+    f.add_argument("--out", type=Path, default=Path("warehouse/data/profile"))
     args = parser.parse_args(argv)
     if args.command == "marginal":
         marginal([int(s) for s in args.sizes.split(",")], args.runs)
+    elif args.command == "profile":
+        profile([int(s) for s in args.sizes.split(",")], args.rate, args.out)
     else:
         prefect_fixed(args.runs, args.prefect_home)
     return 0

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -146,9 +146,11 @@ def run_child(
     timeout: float,
     extra_env: dict[str, str] | None = None,
     data_dir: Path | None = None,
+    wrapper: Sequence[str] = (),
 ) -> Measured:
     """One full night against ``url`` in a fresh process, and a fresh data dir unless ``data_dir``
-    (a previous night's: its state, the rate it found included); its own figures."""
+    (a previous night's: its state, the rate it found included); its own figures. ``wrapper``
+    runs the process under another command (a profiler: ``py-spy record ... --``)."""
     with tempfile.TemporaryDirectory(prefix="membersync-bench-") as tmp:
         env = {
             **os.environ,
@@ -159,7 +161,7 @@ def run_child(
             "PREFECT_HOME": str(Path(tmp) / "prefect"),
             **(extra_env or {}),
         }
-        cmd = [sys.executable, "-m", "membersync.flows.benchmarks.sync", "child"]
+        cmd = [*wrapper, sys.executable, "-m", "membersync.flows.benchmarks.sync", "child"]
         cmd += ["--prefect"] if prefect else []
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
