@@ -53,10 +53,14 @@ RATE_START = 10.0  # req/s: the first cut when a 429 comes before anything could
 RATE_PROBE_START = 1.0  # growth per second before any estimate (a slow start: x2.7 a second)
 RATE_PROBE_FAR = 0.2  # growth per second while well below the estimated limit (20 %/s)
 RATE_PROBE_NEAR = 0.002  # growth per second near it: ~10 s from the margin to the limit
+RATE_PROBE_NEAR_PER_ANSWER = 0.00005  # and at most 1 % per 200 answers (slower under 40 req/s)
 # Near it, once no 429 came for PROBE_QUIET_SECONDS (the estimate may be low: taken over a
 # second that held a slow start's ramp), the growth doubles every RATE_PROBE_DOUBLING seconds:
 # at the limit that draws a 429 about every 10 s, a step back each time.
 PROBE_QUIET_SECONDS = 4.0
+# ... and at least this many answers' time: at a low rate a probe cycle of a few seconds, each
+# ending in a 429, refused ~1 % of the answers (20 req/s); 200 answers is 10 s there.
+PROBE_QUIET_ANSWERS = 200
 RATE_PROBE_DOUBLING = 2.0
 ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate

@@ -783,6 +783,59 @@ def test_case_an_estimate_too_low_is_left_behind_once_no_429_comes() -> None:
     assert limiter.rate > 200.0
 
 
+def test_case_a_lone_429_at_a_low_rate_steps_back_a_little_not_to_a_slot_short_estimate() -> None:
+    """At 20 req/s a one-second window holds 20 answers, and a 429 comes a slot after the last of
+    them (the refused request took it). Counted up to the 429, that slot was a gap and the server
+    seemed to take 19/s, 5 % under our pace: each lone 429 cut the pace to it (a one-token
+    bucket's night at 94 % of 20 req/s, measured). The rate is n - 1 intervals over the time from
+    the first answer to the last."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=20.0 / (1 - constants.RATE_MARGIN), clock=t.clock, sleep=t.sleep)
+    limiter._catch_up = 0.0  # as after the first lone 429 at a small bucket
+    t.now += 0.01
+
+    def answers(count: int) -> None:
+        for _ in range(count):
+            limiter.on_success(t.now)
+            t.now += 0.05
+
+    answers(100)
+    limiter.on_rate_limited(started=t.now - 0.05, retry_after=1.0)  # one lone 429, 5 s ago
+    t.now = max(t.now, limiter.cooldown_until)
+    answers(100)
+    # t.now is one slot after the last answer: the refused request's; 20 answers, 19 intervals
+    assert limiter._accepted_rate(t.now) == pytest.approx(20.0, rel=1e-6)  # (old: 19.0)
+    pace = limiter.rate
+    assert pace is not None
+    # 2 refusals in the last 10 s (~1 %): not rare, so a step back of the share refused, >= 1 %
+    assert limiter.on_rate_limited(started=t.now - 0.05, retry_after=1.0) is True
+    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=0.002)
+
+
+def test_case_at_a_low_rate_the_probe_waits_for_answers_enough_before_it_speeds_up() -> None:
+    """Near an estimate the probe climbs slowly, and speeds up once no 429 came for
+    PROBE_QUIET_SECONDS; at the limit each probe cycle ends in a 429, and at 20 req/s one every
+    ~5 s was 1 % of the answers (a bucket of 5, measured). So it climbs at most 1 % per 200
+    answers, and waits PROBE_QUIET_ANSWERS answers' time too (10 s at 20 req/s; 4 s from 50 up)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate, limiter.ceiling = 19.6, 20.0
+    limiter._last_refusal = t.now  # the 429 that gave the estimate
+
+    def at_pace(seconds: float) -> None:
+        end = t.now + seconds
+        while t.now < end:
+            limiter.on_success(t.now)
+            t.now += 1 / limiter.rate
+
+    wait = constants.PROBE_QUIET_ANSWERS / 20.0
+    near = min(constants.RATE_PROBE_NEAR, constants.RATE_PROBE_NEAR_PER_ANSWER * 19.6)  # 0.1 %/s
+    at_pace(wait - 1.0)  # slowly all that time (old: 0.2 %/s, faster and faster after 4 s)
+    assert 19.6 * (1 + 0.9 * (wait - 1.0) * near) < limiter.rate < 19.6 * (1 + 1.1 * (wait - 1.0) * near)
+    at_pace(20.0)  # then faster and faster: an estimate too low is still left behind
+    assert limiter.rate > 30.0
+
+
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
     """Above the limit, a steady share is refused: that is the pace, not jitter."""
     t = FakeTime()
