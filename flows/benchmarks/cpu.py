@@ -39,6 +39,7 @@ from pathlib import Path
 
 from membersync.flows.benchmarks import flame
 from membersync.flows.benchmarks.sync import PASSWORD, USERNAME, Measured, run_child, sandbox_process
+from membersync.warehouse.paths import DEFAULT_DATA_DIR
 
 # Run in the measured `membersync sync` process: records wall time and the process tree's CPU
 # when the night's configuration step (its first data request) starts.
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("profile", help="the marginal CPU per request by where it is spent (py-spy)")
     f.add_argument("--sizes", default="1000,4000")
     f.add_argument("--rate", type=int, default=250, help="samples per second")
-    f.add_argument("--out", type=Path, default=Path("warehouse/data/profile"))
+    f.add_argument("--out", type=Path, default=DEFAULT_DATA_DIR / "profile", help="where the stacks go")
     args = parser.parse_args(argv)
     if args.command == "marginal":
         marginal([int(s) for s in args.sizes.split(",")], args.runs)
