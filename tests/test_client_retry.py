@@ -762,24 +762,32 @@ def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace
     assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
 
 
+def _near_an_estimate(rate: float, ceiling: float) -> tuple[FakeTime, RateLimiter]:
+    """A limiter pacing at ``rate`` just under the estimate ``ceiling`` a 429 gave a moment ago."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate, limiter.ceiling = rate, ceiling
+    limiter._last_refusal = t.now  # the 429 that gave the estimate
+    return t, limiter
+
+
+def _at_pace(t: FakeTime, limiter: RateLimiter, seconds: float) -> None:
+    """Every request answered at the limiter's pace for ``seconds``."""
+    assert limiter.rate is not None
+    end = t.now + seconds
+    while t.now < end:
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+
+
 def test_case_an_estimate_too_low_is_left_behind_once_no_429_comes() -> None:
     """An estimate taken at a bad moment (discovery's burst emptying a bucket of 20 at 500/s:
     19 % of the limit, measured) held the night there: the probe near an estimate is slow. Once
     no 429 came for PROBE_QUIET_SECONDS it speeds up (doubling every RATE_PROBE_DOUBLING s)."""
-    t = FakeTime()
-    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
-    limiter.rate, limiter.ceiling = 98.0, 100.0
-    limiter._last_refusal = t.now  # the 429 that gave the estimate
-
-    def at_pace(seconds: float) -> None:
-        end = t.now + seconds
-        while t.now < end:
-            limiter.on_success(t.now)
-            t.now += 1 / limiter.rate
-
-    at_pace(constants.PROBE_QUIET_SECONDS)  # the first seconds after a 429: slowly
+    t, limiter = _near_an_estimate(98.0, 100.0)
+    _at_pace(t, limiter, constants.PROBE_QUIET_SECONDS)  # the first seconds after a 429: slowly
     assert limiter.rate < 98.0 * (1 + 1.1 * constants.PROBE_QUIET_SECONDS * constants.RATE_PROBE_NEAR)
-    at_pace(15.0)  # then faster and faster
+    _at_pace(t, limiter, 15.0)  # then faster and faster
     assert limiter.rate > 200.0
 
 
@@ -817,22 +825,12 @@ def test_case_at_a_low_rate_the_probe_waits_for_answers_enough_before_it_speeds_
     PROBE_QUIET_SECONDS; at the limit each probe cycle ends in a 429, and at 20 req/s one every
     ~5 s was 1 % of the answers (a bucket of 5, measured). So it climbs at most 1 % per 200
     answers, and waits PROBE_QUIET_ANSWERS answers' time too (10 s at 20 req/s; 4 s from 50 up)."""
-    t = FakeTime()
-    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
-    limiter.rate, limiter.ceiling = 19.6, 20.0
-    limiter._last_refusal = t.now  # the 429 that gave the estimate
-
-    def at_pace(seconds: float) -> None:
-        end = t.now + seconds
-        while t.now < end:
-            limiter.on_success(t.now)
-            t.now += 1 / limiter.rate
-
+    t, limiter = _near_an_estimate(19.6, 20.0)
     wait = constants.PROBE_QUIET_ANSWERS / 20.0
     near = min(constants.RATE_PROBE_NEAR, constants.RATE_PROBE_NEAR_PER_ANSWER * 19.6)  # 0.1 %/s
-    at_pace(wait - 1.0)  # slowly all that time (old: 0.2 %/s, faster and faster after 4 s)
+    _at_pace(t, limiter, wait - 1.0)  # slowly all that time (old: 0.2 %/s, faster and faster after 4 s)
     assert 19.6 * (1 + 0.9 * (wait - 1.0) * near) < limiter.rate < 19.6 * (1 + 1.1 * (wait - 1.0) * near)
-    at_pace(20.0)  # then faster and faster: an estimate too low is still left behind
+    _at_pace(t, limiter, 20.0)  # then faster and faster: an estimate too low is still left behind
     assert limiter.rate > 30.0
 
 
