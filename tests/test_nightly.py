@@ -29,6 +29,7 @@ from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.manifest import read_manifest
 from membersync.warehouse.paths import DataDir
 from pydantic import SecretStr
+from serving import running_serve
 
 REPO = Path(__file__).resolve().parent.parent
 TODAY = dt.date.today()
@@ -373,33 +374,17 @@ def test_serve_runs_a_scheduled_night_on_a_real_prefect_server(
     sandbox = fresh_sandbox(clients=30)
     data_dir = tmp_path / "data"
     env = sync_env(sandbox, data_dir, tmp_path, MEMBERSYNC_BUILD="off")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "membersync.flows.cli", "serve", "--interval", "5"],
-        env=env,
-        cwd=REPO,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
     manifests = data_dir / "landing" / "_manifests"
     started = time.monotonic()
-    try:
+    with running_serve(env, interval=5) as (proc, out):
         while time.monotonic() - started < 200 and proc.poll() is None:
             if manifests.exists() and any(manifests.glob("*.json")):
                 break
             time.sleep(0.5)
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    assert "starting a Prefect server" in stderr
+    assert "starting a Prefect server" in out.text()
     committed = list(manifests.glob("*.json")) if manifests.exists() else []
     assert committed, (
-        f"no scheduled night landed within {time.monotonic() - started:.0f} s:\n{stderr[-2000:]}"
+        f"no scheduled night landed within {time.monotonic() - started:.0f} s:\n{out.text()[-2000:]}"
     )
     manifest = read_manifest(DataDir(data_dir).manifests, dt.date.fromisoformat(committed[0].stem))
     assert manifest is not None and manifest.tables["clients"].rows == 30
