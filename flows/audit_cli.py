@@ -86,7 +86,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
     except OSError as exc:
         return _fail(f"cannot use the data dir {data_dir.root}: {exc.strerror or exc}", 2)
     except (ServiceError, B.BatchFailed) as exc:
-        return _fail(f"audit failed: {_one_line(exc)}", 1)
+        return _fail(f"audit failed: {nightly.one_line(exc)}", 1)
     show(result, report)
     return 1 if result.differed else 0
 
@@ -138,8 +138,3 @@ def show(result: A.AuditResult, report: Path, console: Console | None = None) ->
 def _fail(message: str, code: int) -> int:
     err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     return code
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

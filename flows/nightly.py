@@ -140,6 +140,13 @@ class RunSummary:
     def requests_per_s(self) -> float:
         return self.requests / self.duration_s if self.duration_s > 0 else 0.0
 
+    def shortfall(self) -> str | None:
+        """Why a night that ended without an error still needs a look (not committed, or its
+        warehouse build failed), as one line; None when it is all done."""
+        if self.status == "committed" and self.build.startswith(("ok", "skipped")):
+            return None
+        return f"night {self.night} {self.status}; warehouse build: {self.build}"
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["night"] = self.night.isoformat()
@@ -666,7 +673,7 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
         await step("commit")
     except BaseException as exc:
         run.summary.status = "failed"
-        run.summary.error = _one_line(exc)
+        run.summary.error = one_line(exc)
         raise
     finally:
         nightgc.restore(gc_thresholds)
@@ -675,21 +682,20 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
     try:
         await step("build")
     except Exception as exc:
-        run.summary.build = f"failed: {_one_line(exc)}"
+        run.summary.build = f"failed: {one_line(exc)}"
         raise BuildFailed(
-            f"night {run.night_date} is committed, but the warehouse build failed: {_one_line(exc)}"
+            f"night {run.night_date} is committed, but the warehouse build failed: {one_line(exc)}"
         ) from exc
     finally:
         run._collect_stats()
     return run.summary
 
 
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-        return _one_line(exc)
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text
+def one_line(exc: BaseException) -> str:
+    """An error as one line (the first real error of exception groups): for a terminal, a
+    summary, a notification."""
+    text = str(unwrap(exc)).strip()
+    return text.splitlines()[0] if text else type(unwrap(exc)).__name__
 
 
 def unwrap(exc: BaseException) -> BaseException:

@@ -12,6 +12,10 @@ a script both read it. Every text goes through :func:`membersync.extract.redact.
 service credentials as extra values: an error line may name the user ("wrong credentials
 (user ...)"), a message never does.
 
+Who sends: ``membersync sync`` for the nights it runs (Prefect on or off), and the flow run
+itself for a night a deployment runs (``serve``'s schedule, a tenant's work pool):
+:func:`membersync.flows.prefect_flow.run_night_in_flow`. One message per failed night.
+
 Delivery never decides an exit code: a receiver that is down or refuses is one warning in the
 log, and the command ends as it would have without it.
 """
@@ -151,6 +155,11 @@ def _deliver(urls: tuple[str, ...], title: str, body: str, failure: bool) -> boo
 
 def _lines(fields: Mapping[str, str]) -> str:
     return "\n".join(f"{key}: {value}" for key, value in fields.items())
+
+
+def resume_command(night: dt.date, full: bool = False) -> str:
+    """The command that resumes (or re-runs) ``night`` where it stopped."""
+    return f"membersync sync --date {night.isoformat()}" + (" --full" if full else "")
 
 
 def night_failed_message(

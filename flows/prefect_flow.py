@@ -13,6 +13,7 @@ process, and a global of this module would be copied separately for the flow and
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import uuid
@@ -21,6 +22,7 @@ from typing import Any
 from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows import nightly
 from membersync.flows.nightly import NightRun, StepRunner, SyncOptions, drive, holding_lock, unwrap
+from membersync.flows.notify import Notifier, resume_command
 from membersync.warehouse.paths import DataDir
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -110,20 +112,32 @@ async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict
 
 
 async def run_night_in_flow(
-    night: dt.date | None, full: bool, config: Settings, options: SyncOptions, fan_out: Any = None
+    night: dt.date | None,
+    full: bool,
+    config: Settings,
+    options: SyncOptions,
+    fan_out: Any = None,
+    resume: str | None = None,
 ) -> dict[str, Any]:
     """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): service and
     data dir from ``config``, the steps as tasks, the summary as artifacts. ``fan_out``: how a
-    large tenant's batches are fetched by shards (:attr:`NightRun.fan_out`)."""
+    large tenant's batches are fetched by shards (:attr:`NightRun.fan_out`).
+
+    A night a deployment runs (``membersync serve``'s schedule, a tenant's deployment on a work
+    pool) that fails, or ends uncommitted, sends one message through ``MEMBERSYNC_NOTIFY``
+    saying how to resume (``resume``; default: the ``membersync sync`` command). A night that
+    ``membersync sync`` runs is left to it: it says the same in the terminal, then sends it.
+    """
     from prefect.artifacts import acreate_table_artifact
 
     settings = ServiceSettings.from_settings(config)
     data_dir = DataDir.from_settings(config)
+    notifier = Notifier.from_settings(config) if _run_by_a_deployment() else None
+    night = night or dt.date.today()
+    resume = resume or resume_command(night, full)
     factory = nightly.progress_factory
     progress = factory() if factory is not None else None
-    run = NightRun(
-        settings, data_dir, night or dt.date.today(), full=full, options=options, progress=progress
-    )
+    run = NightRun(settings, data_dir, night, full=full, options=options, progress=progress)
     run.fan_out = fan_out
     key = uuid.uuid4().hex
     nightly.RUNS[key] = run
@@ -134,6 +148,9 @@ async def run_night_in_flow(
                 summary = await drive(run, task_steps(key))
             except BaseExceptionGroup as group:
                 raise unwrap(group) from None
+    except Exception as exc:
+        await _tell(notifier, night, f"night {night} failed: {nightly.one_line(exc)}", resume)
+        raise
     finally:
         del nightly.RUNS[key]
         try:
@@ -145,7 +162,24 @@ async def run_night_in_flow(
         except Exception as exc:  # the summary is also in the manifest: never mask the night's outcome
             logging.getLogger(__name__).warning("could not record the summary artifact: %s", exc)
         await _morning_report_artifact(run.summary.night, run.summary.reports)
+    shortfall = summary.shortfall()
+    if shortfall is not None:
+        await _tell(notifier, night, shortfall, resume)
     return summary.as_dict()
+
+
+def _run_by_a_deployment() -> bool:
+    """Is this flow run a deployment's (a schedule, a worker), not ``membersync sync``'s own?"""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    return bool(context and context.flow_run and context.flow_run.deployment_id)
+
+
+async def _tell(notifier: Notifier | None, night: dt.date, line: str, resume: str) -> None:
+    """Send a failed night's message (delivery blocks: off the flow's event loop); never raises."""
+    if notifier is not None:
+        await asyncio.to_thread(notifier.night_failed, night, line, resume)
 
 
 MORNING_ARTIFACT_KEY = "membersync-morning-report"

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
+from membersync.flows.notify import Notifier
 from membersync.warehouse.paths import DataDir
 from rich.console import Console
 
@@ -147,6 +148,7 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
 
     config = Settings.load()
     ServiceSettings.from_settings(config)  # a missing setting is reported now, not at 02:00
+    Notifier.from_settings(config)  # so is a MEMBERSYNC_NOTIFY Apprise cannot use
     prepare_prefect_env()
     data_dir = DataDir.from_settings(config)
     check_schedule(cron, timezone, interval)

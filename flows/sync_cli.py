@@ -24,7 +24,7 @@ from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import logfile, nightly
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
-from membersync.flows.notify import Notifier
+from membersync.flows.notify import Notifier, resume_command
 from membersync.flows.progress import NullProgress, Progress, RichProgress
 from membersync.warehouse.paths import DataDir
 from rich.console import Console
@@ -72,7 +72,7 @@ def run_sync_cli(
     use_prefect = config.prefect
     log_file = logfile.start(data_dir, f"sync-{night.isoformat()}")
     logfile.capture_stray_output(log_file, err)
-    resume_hint = f"membersync sync --date {night.isoformat()}" + (" --full" if full else "")
+    resume_hint = resume_command(night, full)
 
     def last_words(signame: str) -> str:
         return (
@@ -106,14 +106,13 @@ def run_sync_cli(
                 bar.close()
                 error = nightly.unwrap(exc)
                 log.error("night %s failed: %s", night, error, exc_info=error)
-                return night_failed(f"night {night} failed: {_one_line(error)} (log: {log_file})", 1)
+                return night_failed(f"night {night} failed: {nightly.one_line(error)} (log: {log_file})", 1)
     except AlreadyRunning as exc:
         return _fail(f"already running: {exc}", 1)
     print_summary(summary, log_file=log_file, wall_s=time.monotonic() - started)
-    if summary.status != "committed" or not summary.build.startswith(("ok", "skipped")):
-        notifier.night_failed(
-            night, f"night {night} {summary.status}; warehouse build: {summary.build}", resume_hint
-        )
+    shortfall = summary.shortfall()
+    if shortfall is not None:
+        notifier.night_failed(night, shortfall, resume_hint)
         return 1
     return 0
 
@@ -170,7 +169,7 @@ def probe_service(settings: ServiceSettings, options: nightly.SyncOptions) -> st
     except TransportError as exc:
         return f"cannot reach the service at {where}: {exc.describe()} (after {exc.attempts} attempts)"
     except ServiceError as exc:
-        return f"the service at {where} is not answering as expected: {_one_line(exc)}"
+        return f"the service at {where} is not answering as expected: {nightly.one_line(exc)}"
     return None
 
 
@@ -218,11 +217,6 @@ def _run(
     finally:
         nightly.progress_factory = None
     return nightly.summary_from_flow_result(result)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def print_summary(

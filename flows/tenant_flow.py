@@ -267,6 +267,12 @@ async def wait_final(
         await asyncio.sleep(2)
 
 
+def resume_command(tenant: str, night: dt.date, full: bool = False) -> str:
+    """The command that runs a tenant's ``night`` again (it resumes where a failed run stopped)."""
+    command = f"prefect deployment run '{FLOW_NAME}/{tenant}' --param night={night.isoformat()}"
+    return command + (" --param full=true" if full else "")
+
+
 @flow(name=FLOW_NAME, flow_run_name="{tenant}", persist_result=False, log_prints=False)
 async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
     """One night of one tenant of the tenants file (``MEMBERSYNC_TENANTS_FILE``).
@@ -302,7 +308,9 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
             f"{found.shards} shards" if found.shards > 1 else "not sharded",
         )
         try:
-            return await run_night_in_flow(night, full, config, options, sharded)
+            night = night or dt.date.today()
+            resume = resume_command(found.name, night, full)
+            return await run_night_in_flow(night, full, config, options, sharded, resume)
         finally:
             if gate is not None:
                 log.info("tenant %s: %d slot acquisitions of %d", found.name, gate.acquisitions, gate.chunk)

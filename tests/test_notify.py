@@ -32,6 +32,7 @@ from membersync.warehouse import freshness
 from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.synthetic import write_night
+from serving import running_serve
 
 REPO = Path(__file__).resolve().parent.parent
 USERNAME = "canary-user-7Kq"
@@ -117,6 +118,22 @@ def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def night_env(sandbox: Any, receiver: Receiver, data_dir: Path, **extra: str) -> dict[str, str]:
+    """A night against ``sandbox`` of the tenant TENANT, its messages sent to ``receiver``."""
+    return base_env(
+        data_dir,
+        MEMBERSYNC_BASE_URL=sandbox.url,
+        MEMBERSYNC_TENANT=TENANT,
+        MEMBERSYNC_NOTIFY=receiver.url(),
+        **extra,
+    )
+
+
+def prefect_home(tmp_path: Path) -> dict[str, str]:
+    """Prefect's home (its database) for a test's own ``sync`` or ``serve`` with Prefect on."""
+    return {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
 def membersync(*args: str, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "membersync.flows.cli", *args]
     return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, **kw)
@@ -183,12 +200,7 @@ def test_wrong_credentials_deliver_one_message_without_the_credentials(
     fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
 ) -> None:
     sandbox = fresh_sandbox(clients=5, seed=14, password="the-right-one-9")
-    env = base_env(
-        tmp_path / "data",
-        MEMBERSYNC_BASE_URL=sandbox.url,
-        MEMBERSYNC_TENANT=TENANT,
-        MEMBERSYNC_NOTIFY=receiver.url(),
-    )
+    env = night_env(sandbox, receiver, tmp_path / "data")
     done = membersync(*sync_args(), env=env)
     assert done.returncode == 1, done.stderr
     lines = error_lines(done.stderr)
@@ -207,12 +219,7 @@ def test_a_night_that_fails_midway_delivers_one_message(
     import resource
 
     sandbox = fresh_sandbox(clients=20, seed=15, username=USERNAME, password=PASSWORD)
-    env = base_env(
-        tmp_path / "data",
-        MEMBERSYNC_BASE_URL=sandbox.url,
-        MEMBERSYNC_TENANT=TENANT,
-        MEMBERSYNC_NOTIFY=receiver.url(),
-    )
+    env = night_env(sandbox, receiver, tmp_path / "data")
 
     def limit_file_size() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
@@ -233,11 +240,10 @@ def test_an_interrupted_night_delivers_one_message(
 ) -> None:
     sandbox = fresh_sandbox(clients=80, seed=16, username=USERNAME, password=PASSWORD, latency_ms=15.0)
     data_dir = tmp_path / "data"
-    env = base_env(
+    env = night_env(
+        sandbox,
+        receiver,
         data_dir,
-        MEMBERSYNC_BASE_URL=sandbox.url,
-        MEMBERSYNC_TENANT=TENANT,
-        MEMBERSYNC_NOTIFY=receiver.url(),
         MEMBERSYNC_BATCH_SIZE="5",
     )
     cmd = [sys.executable, "-m", "membersync.flows.cli", *sync_args()]
@@ -256,6 +262,83 @@ def test_an_interrupted_night_delivers_one_message(
     assert fields["error"].startswith("interrupted (SIGTERM)"), fields
     assert fields["resume"] == f"membersync sync --date {TODAY.isoformat()}"
     assert_no_secret(receiver.got)
+
+
+def change_password_after_requests(sandbox: Any, requests: int, password: str) -> threading.Thread:
+    """Rotate the sandbox's password once it has answered ``requests`` requests (from a thread)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 240
+        while sandbox.stats.requests < requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sandbox.call(lambda _: sandbox.server.change_password(password))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.prefect
+@pytest.mark.timeout(240)
+def test_with_prefect_on_a_password_changed_midway_delivers_one_message(
+    fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
+) -> None:
+    """Case: the default path (Prefect on, the flow run is ``sync``'s own, not a deployment's):
+    the probe passes, the password is rotated at the vendor before the night's first request,
+    the night fails with a 401. ``sync`` sends the message; the flow does not send a second."""
+    sandbox = fresh_sandbox(clients=10, seed=18, username=USERNAME, password=PASSWORD)
+    env = night_env(
+        sandbox,
+        receiver,
+        tmp_path / "data",
+        MEMBERSYNC_PREFECT="on",
+        **prefect_home(tmp_path),
+    )
+    rotation = change_password_after_requests(sandbox, 1, "rotated-by-the-admin-3")  # after the probe
+    done = membersync(*sync_args(), env=env)
+    rotation.join(5)
+    assert done.returncode == 1, done.stderr
+    assert sandbox.stats.by_status[401] >= 1, sandbox.stats.by_status  # the night itself was refused
+    assert len(receiver.got) == 1, receiver.got
+    fields = assert_failed_night_message(receiver.got[0], TODAY, f"night {TODAY} failed")
+    assert "HTTP 401" in fields["error"], fields
+    assert_no_secret(receiver.got)
+    assert_logs_clean(tmp_path / "data")
+
+
+@pytest.mark.prefect
+@pytest.mark.timeout(300)
+def test_serve_sends_a_message_for_a_scheduled_night_that_fails_and_none_for_one_committed(
+    fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
+) -> None:
+    """Case: ``membersync serve`` (a real Prefect server, its runner, nights every 5 s): the
+    first scheduled night commits and sends nothing; the password is rotated at the vendor,
+    the next scheduled night fails with a 401 and sends one message, resume command included."""
+    sandbox = fresh_sandbox(clients=10, seed=19, username=USERNAME, password=PASSWORD)
+    data_dir = tmp_path / "data"
+    env = night_env(
+        sandbox,
+        receiver,
+        data_dir,
+        **prefect_home(tmp_path),
+    )
+    manifests = DataDir(data_dir).manifests
+    deadline = time.monotonic() + 200
+    with running_serve(env, interval=5) as (proc, out):
+        while time.monotonic() < deadline and proc.poll() is None and not any(manifests.glob("*.json")):
+            time.sleep(0.2)
+        assert any(manifests.glob("*.json")), f"no scheduled night was committed:\n{out.text()[-2000:]}"
+        sandbox.call(lambda _: sandbox.server.change_password("rotated-by-the-admin-4"))
+        while time.monotonic() < deadline and proc.poll() is None and not receiver.got:
+            time.sleep(0.2)
+    stderr = out.text()
+    assert receiver.got, f"no message for the failed scheduled night:\n{stderr[-2000:]}"
+    # Every message is a failed night's: a false alarm for the committed night would name no 401.
+    for message in receiver.got:
+        fields = assert_failed_night_message(message, TODAY, f"night {TODAY} failed")
+        assert "HTTP 401" in fields["error"], fields
+    assert_no_secret(receiver.got)
+    assert_logs_clean(data_dir)
 
 
 def test_a_receiver_that_is_down_or_refuses_never_changes_the_exit_code(
@@ -353,7 +436,7 @@ def test_a_fresh_warehouse_sends_nothing_and_exits_0(receiver: Receiver, tmp_pat
 )
 def test_a_malformed_notify_setting_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
     env = base_env(tmp_path / "data", MEMBERSYNC_BASE_URL="http://127.0.0.1:9", MEMBERSYNC_NOTIFY=value)
-    for args in (sync_args(), ["freshness", "--notify"]):
+    for args in (sync_args(), ["freshness", "--notify"], ["serve"]):  # serve: before its server starts
         done = membersync(*args, env=env)
         lines = error_lines(done.stderr)
         assert done.returncode == 2, done.stderr

@@ -156,6 +156,23 @@ def test_foreign_tenant_rule() -> None:
     assert "a night without MEMBERSYNC_TENANT" in (foreign_tenant([(d, "a")], None) or "")
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_a_failed_tenant_nights_message_names_a_command_prefect_runs_as_that_night(full: bool) -> None:
+    """Case: the resume line of a tenant's failed night (its notification): Prefect's CLI parses
+    its ``--param``s into the very parameters of that night's flow run."""
+    import shlex
+
+    from membersync.flows.tenant_flow import FLOW_NAME, resume_command, tenant_night
+    from prefect.cli._utilities import load_json_key_values
+
+    night = dt.date(2026, 11, 25)
+    args = shlex.split(resume_command("spa north", night, full))
+    assert args[:4] == ["prefect", "deployment", "run", f"{FLOW_NAME}/spa north"]
+    params = load_json_key_values([args[i + 1] for i, a in enumerate(args) if a == "--param"], "parameter")
+    bound = tenant_night.validate_parameters({"tenant": "spa north", **params})
+    assert bound == {"tenant": "spa north", "night": night, "full": full}
+
+
 def test_the_manifest_records_the_tenant_and_another_tenant_is_refused(
     sandbox: RunningSandbox, tmp_path: Path
 ) -> None:

@@ -251,10 +251,7 @@ class SandboxServer:
             )
             self.routes[(ep.method, ep.path)] = _Route(ep, params)
             self.methods.setdefault(ep.path, []).append(ep.method)
-        token = base64.b64encode(f"{config.username}:{config.password}".encode()).decode()
-        self._expected_header = f"Basic {token}".encode()
-        self._username = config.username.encode()
-        self._password = config.password.encode()
+        self._accept_credentials(config.username, config.password)
         self._buckets: dict[str, TokenBucket] = {}
         self._burst = config.burst or max(1.0, config.rate)
         self._faults = random.Random(config.seed ^ 0x5EED)
@@ -511,6 +508,19 @@ class SandboxServer:
         user_ok = hmac.compare_digest(user, self._username)
         password_ok = hmac.compare_digest(password, self._password)
         return self.config.username if sep and user_ok and password_ok else None
+
+    def change_password(self, password: str) -> None:
+        """The vendor's account gets a new password (an administrator rotated it): from the next
+        request on, the old one is refused with 401, as a night that began with it would see."""
+        if not password:
+            raise SettingsError("sandbox password must not be empty")
+        self._accept_credentials(self.config.username, password)
+
+    def _accept_credentials(self, username: str, password: str) -> None:
+        token = base64.b64encode(f"{username}:{password}".encode()).decode()
+        self._expected_header = f"Basic {token}".encode()
+        self._username = username.encode()
+        self._password = password.encode()
 
     def _bucket(self, user: str) -> TokenBucket:
         bucket = self._buckets.get(user)
