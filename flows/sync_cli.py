@@ -22,7 +22,7 @@ from typing import Any
 
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
-from membersync.flows import logfile, nightly
+from membersync.flows import logfile, nightgc, nightly
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.notify import Notifier, resume_command
 from membersync.flows.progress import NullProgress, Progress, RichProgress
@@ -202,8 +202,9 @@ def _run(
         )
     bar.phase("starting Prefect")
     nightly.prepare_prefect_env()
-    from membersync.flows import prefect_flow  # imports Prefect, which sets up its logging
-    from membersync.flows.prefect_api import night_api
+    with nightgc.quiet_while_loading():  # (seconds of imports: see nightgc)
+        from membersync.flows import prefect_flow  # imports Prefect, which sets up its logging
+        from membersync.flows.prefect_api import night_api
 
     logfile.quiet_console()  # Prefect's console handlers would break the bar and the one-line errors
     nightly.progress_factory = lambda: bar
