@@ -312,3 +312,26 @@ def test_case_the_rate_matrix_measures_from_the_measured_nights_first_second() -
     assert share == pytest.approx(19 * 9 / 9 / 20)
     assert steady_429 == pytest.approx(1 / (19 * 9 + 1))  # the refusal at 208; 203 is the discovery's
     assert whole_429 == pytest.approx(3 / (19 * 15 + 7 + 3))
+
+
+def test_the_collector_is_off_while_loading_then_on_again_and_what_was_loaded_is_frozen() -> None:
+    """Case: nightgc.quiet_while_loading around an import (Prefect's, at a night's start)."""
+    import gc
+
+    from membersync.flows import nightgc
+
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    try:
+        with nightgc.quiet_while_loading():
+            assert not gc.isenabled()
+            loaded = [[i] for i in range(1000)]  # objects the collector tracks, made while loading
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen_before + len(loaded)
+        gc.disable()  # a caller that had it off keeps it off
+        with nightgc.quiet_while_loading():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()  # (the test process's later collections see everything again)
