@@ -36,6 +36,11 @@ Clock = Callable[[], float]
 # Above the limit, a steady share of requests is refused ((pace - limit) / pace); below this share
 # of the last ACCEPT_WINDOW s, a 429 is taken for an isolated one (a burst, jitter).
 SUSTAINED_REFUSALS = 0.03
+# A young streak's share refused estimates the limit from at least this many answers, and only
+# while it holds at most this many 429s: more are the requests in flight when a slow start
+# overshot (28 of 34 answers at 20 req/s, burst 20, measured: a cut to 8 req/s).
+STREAK_MIN_ANSWERS = 5
+STREAK_MAX_REFUSED = 3
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -310,8 +315,17 @@ class RateLimiter:
             # the tokens its bucket held before (which made the last second's count 2-3x the
             # limit, at 20 req/s, burst 20, 200 ms, and the pace came down 2 % a round trip).
             emptied = self._streak_start + self.latency
-            accepted = self._accepted_rate(now, since=emptied) or accepted
-            level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
+            since_emptied = self._accepted_rate(now, since=emptied)
+            young = self._streak_share(now) if since_emptied is None else None
+            if young is not None:
+                # Too young a streak to measure what the bucket takes, and the last second's count
+                # holds what it had saved while our demand was low (27.9 req/s for a limit of 20,
+                # burst 5, after the discovery's lull): the share refused since the streak began
+                # is what we send above the limit, (rate - limit) / rate.
+                level = rate * (1 - young)
+            else:
+                accepted = since_emptied or accepted
+                level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
             self.ceiling = self._settled = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
@@ -385,7 +399,9 @@ class RateLimiter:
 
         Time spent in a shared pause is not sending time: it is left out of the span. With
         ``since`` (a streak of 429s began then: the server's bucket is empty), only the answers
-        since then, over the whole span.
+        since then (or over the window, in a streak older than it), over the whole span, pauses
+        included: the bucket refills while we pause. (Left out, a streak of a few seconds read
+        ~24 req/s for a limit of 20, burst 20, and the pace came down 2 % a 429.)
         """
         accepted, pauses = self._accepted, self._pauses
         horizon = now - constants.ACCEPT_WINDOW
@@ -393,7 +409,8 @@ class RateLimiter:
             accepted.popleft()
         while pauses and pauses[0][1] < horizon:
             pauses.popleft()
-        streak = since if since is not None and since > horizon else None  # (older: the window)
+        # In a streak older than the window: the whole window, its pauses included (below).
+        streak = max(since, horizon) if since is not None else None
         times: Sequence[float] = accepted if streak is None else [t for t in accepted if t >= streak]
         if len(times) < constants.ACCEPT_MIN_COUNT:
             return None
@@ -437,6 +454,17 @@ class RateLimiter:
                 return count / total
         total = len(refused) + len(self._accepted)
         return len(refused) / total if total else 1.0
+
+    def _streak_share(self, now: float) -> float | None:
+        """Share of the answers since the current streak of 429s began (after its first) that
+        were 429s; None without a 429 after its first, with fewer than STREAK_MIN_ANSWERS
+        answers or more than STREAK_MAX_REFUSED 429s. At most one half."""
+        start = self._streak_start
+        refused = sum(1 for t in self._refused if t > start)  # (not the 429 that began it)
+        if not 1 <= refused <= STREAK_MAX_REFUSED:
+            return None
+        total = refused + sum(1 for t in self._accepted if t > start)
+        return min(0.5, refused / total) if total >= STREAK_MIN_ANSWERS else None
 
     def _isolated_refusal(self, now: float) -> bool:
         """Was the 429 just counted a lone one (jitter at a small bucket), not a pace above the limit?

@@ -1275,3 +1275,63 @@ def test_fast_query_join_equals_parsing_the_whole_url() -> None:
         assert fast == httpx.URL(f"{base}?{query}")
         assert fast.raw_path == httpx.URL(f"{base}?{query}").raw_path
     assert client_module._with_query is client_module._with_query_parsed  # httpx as pinned
+
+
+class _Bucket:
+    """A server's token bucket in plain arithmetic: ``rate`` tokens a second, at most ``burst``."""
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def test_case_a_young_streak_after_a_lull_cuts_to_the_share_refused_not_to_the_saved_up_tokens() -> None:
+    """20 req/s, burst 5, and a pace of ~30 req/s that a lull (the discovery's, ~8 req/s of
+    demand) left unrefused: when the demand comes back, the bucket's saved tokens pass on top of
+    its rate, and the last second's count read 27.9 req/s at the streak's second 429, so the pace
+    came down 2 % a 429 (five 429s in the night's first measured seconds, measured). The share
+    refused since the streak began is what we send above the limit: the second 429 cuts to it."""
+    t, limiter = _near_an_estimate(29.6, 31.0)
+    t.now += 5.0  # no 429 for a while
+    bucket = _Bucket(20.0, 5.0, t.now)
+    for _ in range(16):  # the lull: 8 req/s, all taken (the bucket fills up)
+        assert bucket.take(t.now)
+        limiter.on_success(t.now)
+        t.now += 1 / 8
+    cuts: list[float] = []
+    while len(cuts) < 2:  # the demand is back: requests at the pace, answered at once
+        t.now = max(t.now, limiter.cooldown_until)
+        if bucket.take(t.now):
+            limiter.on_success(t.now)
+        else:
+            limiter.on_rate_limited(started=t.now, retry_after=1.0)
+            cuts.append(limiter.rate or 0.0)
+        t.now += 1 / (limiter.rate or 1.0)
+    assert cuts[0] > 25.0  # the first 429 of the streak: a small step (it may be jitter)
+    assert 17.0 <= cuts[1] <= 23.0, cuts  # then to about the limit (old: 27.4, the saved tokens counted)
+
+
+def test_case_a_streak_longer_than_the_window_counts_its_pauses_as_time_the_bucket_refilled() -> None:
+    """20 req/s, burst 20, a pace of 25 req/s: the bucket drains over 4 s, then each 429 comes
+    ~0.5 s after the last (a streak older than the one-second window). The server takes exactly
+    its rate over wall time; counted over sending time only (the pauses left out), it read
+    ~24 req/s and each 429 cut the pace 2 % (traced). Over the whole window it reads the limit."""
+    t, limiter = _near_an_estimate(25.0, 25.5)
+    t.now += 5.0
+    bucket = _Bucket(20.0, 20.0, t.now)
+    cuts: list[float] = []
+    while len(cuts) < 4:
+        t.now = max(t.now, limiter.cooldown_until)
+        if bucket.take(t.now):
+            limiter.on_success(t.now)
+        elif limiter.on_rate_limited(started=t.now, retry_after=1.0):
+            cuts.append(limiter.rate or 0.0)
+        t.now += 1 / (limiter.rate or 1.0)
+    assert cuts[-1] <= 20.0 * 1.03, cuts  # (old: 24.9, 21.7, 21.3, 20.7)
