@@ -66,6 +66,11 @@ ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate
 ACCEPT_MIN_SPAN = 0.5  # an estimate needs this many seconds of sending ...
 ACCEPT_MIN_COUNT = 10  # ... and this many accepted answers
+# Before that, a young streak's share refused estimates the limit from at least this many
+# answers, and only while it holds at most this many 429s after its first: more are the requests
+# in flight when a slow start overshot (28 of 34 answers at 20 req/s, burst 20: a cut to 8 req/s).
+STREAK_MIN_ANSWERS = 5
+STREAK_MAX_REFUSED = 3
 # Isolated 429s (jitter at a small bucket) cost nothing but a pause while they stay under this
 # share of the answers of the last TALLY_SECONDS; above it, each steps the pace back a little.
 REFUSALS_TOLERATED = 0.005

@@ -36,11 +36,6 @@ Clock = Callable[[], float]
 # Above the limit, a steady share of requests is refused ((pace - limit) / pace); below this share
 # of the last ACCEPT_WINDOW s, a 429 is taken for an isolated one (a burst, jitter).
 SUSTAINED_REFUSALS = 0.03
-# A young streak's share refused estimates the limit from at least this many answers, and only
-# while it holds at most this many 429s: more are the requests in flight when a slow start
-# overshot (28 of 34 answers at 20 req/s, burst 20, measured: a cut to 8 req/s).
-STREAK_MIN_ANSWERS = 5
-STREAK_MAX_REFUSED = 3
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -316,7 +311,7 @@ class RateLimiter:
             # limit, at 20 req/s, burst 20, 200 ms, and the pace came down 2 % a round trip).
             emptied = self._streak_start + self.latency
             since_emptied = self._accepted_rate(now, since=emptied)
-            young = self._streak_share(now) if since_emptied is None else None
+            young = self._streak_share() if since_emptied is None else None
             if young is not None:
                 # Too young a streak to measure what the bucket takes, and the last second's count
                 # holds what it had saved while our demand was low (27.9 req/s for a limit of 20,
@@ -455,16 +450,16 @@ class RateLimiter:
         total = len(refused) + len(self._accepted)
         return len(refused) / total if total else 1.0
 
-    def _streak_share(self, now: float) -> float | None:
+    def _streak_share(self) -> float | None:
         """Share of the answers since the current streak of 429s began (after its first) that
-        were 429s; None without a 429 after its first, with fewer than STREAK_MIN_ANSWERS
-        answers or more than STREAK_MAX_REFUSED 429s. At most one half."""
+        were 429s; None without a 429 after its first, with fewer than STREAK_MIN_ANSWERS answers
+        or more than STREAK_MAX_REFUSED 429s (both in constants). At most one half."""
         start = self._streak_start
         refused = sum(1 for t in self._refused if t > start)  # (not the 429 that began it)
-        if not 1 <= refused <= STREAK_MAX_REFUSED:
+        if not 1 <= refused <= constants.STREAK_MAX_REFUSED:
             return None
         total = refused + sum(1 for t in self._accepted if t > start)
-        return min(0.5, refused / total) if total >= STREAK_MIN_ANSWERS else None
+        return min(0.5, refused / total) if total >= constants.STREAK_MIN_ANSWERS else None
 
     def _isolated_refusal(self, now: float) -> bool:
         """Was the 429 just counted a lone one (jitter at a small bucket), not a pace above the limit?
