@@ -29,7 +29,6 @@ from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.manifest import read_manifest
 from membersync.warehouse.paths import DataDir
 from pydantic import SecretStr
-from serving import running_serve
 
 REPO = Path(__file__).resolve().parent.parent
 TODAY = dt.date.today()
@@ -361,33 +360,6 @@ def test_prefect_flow_runs_a_task_per_batch_and_publishes_a_summary_artifact(
     assert artifacts and artifacts[0].type == "table"
     text = str(artifacts[0].data)
     assert "requests" in text and "rows: clients" in text and secret not in text
-
-
-# --- membersync serve -----------------------------------------------------------------------------
-
-
-@pytest.mark.prefect
-@pytest.mark.timeout(240)
-def test_serve_runs_a_scheduled_night_on_a_real_prefect_server(
-    fresh_sandbox: Callable[..., Any], tmp_path: Path
-) -> None:
-    sandbox = fresh_sandbox(clients=30)
-    data_dir = tmp_path / "data"
-    env = sync_env(sandbox, data_dir, tmp_path, MEMBERSYNC_BUILD="off")
-    manifests = data_dir / "landing" / "_manifests"
-    started = time.monotonic()
-    with running_serve(env, interval=5) as (proc, out):
-        while time.monotonic() - started < 200 and proc.poll() is None:
-            if manifests.exists() and any(manifests.glob("*.json")):
-                break
-            time.sleep(0.5)
-    assert "starting a Prefect server" in out.text()
-    committed = list(manifests.glob("*.json")) if manifests.exists() else []
-    assert committed, (
-        f"no scheduled night landed within {time.monotonic() - started:.0f} s:\n{out.text()[-2000:]}"
-    )
-    manifest = read_manifest(DataDir(data_dir).manifests, dt.date.fromisoformat(committed[0].stem))
-    assert manifest is not None and manifest.tables["clients"].rows == 30
 
 
 def void_an_old_sale(service: Any, older_than: dt.date) -> str:

@@ -311,9 +311,10 @@ def test_with_prefect_on_a_password_changed_midway_delivers_one_message(
 def test_serve_sends_a_message_for_a_scheduled_night_that_fails_and_none_for_one_committed(
     fresh_sandbox: Callable[..., Any], receiver: Receiver, tmp_path: Path
 ) -> None:
-    """Case: ``membersync serve`` (a real Prefect server, its runner, nights every 5 s): the
-    first scheduled night commits and sends nothing; the password is rotated at the vendor,
-    the next scheduled night fails with a 401 and sends one message, resume command included."""
+    """Case: ``membersync serve`` (it launches a real Prefect server; its runner runs nights every
+    5 s): the first scheduled night lands all 10 clients and sends nothing; the password is
+    rotated at the vendor, the next scheduled night fails with a 401 and sends one message,
+    resume command included. (Also the test that ``serve`` runs scheduled nights at all.)"""
     sandbox = fresh_sandbox(clients=10, seed=19, username=USERNAME, password=PASSWORD)
     data_dir = tmp_path / "data"
     env = night_env(
@@ -332,6 +333,9 @@ def test_serve_sends_a_message_for_a_scheduled_night_that_fails_and_none_for_one
         while time.monotonic() < deadline and proc.poll() is None and not receiver.got:
             time.sleep(0.2)
     stderr = out.text()
+    assert "starting a Prefect server" in stderr  # no PREFECT_API_URL: serve launched its own
+    committed = read_manifest(DataDir(data_dir).manifests, TODAY)
+    assert committed is not None and committed.tables["clients"].rows == 10  # the scheduled night landed
     assert receiver.got, f"no message for the failed scheduled night:\n{stderr[-2000:]}"
     # Every message is a failed night's: a false alarm for the committed night would name no 401.
     for message in receiver.got:
