@@ -74,6 +74,10 @@ STREAK_MAX_REFUSED = 3
 # Isolated 429s (jitter at a small bucket) cost nothing but a pause while they stay under this
 # share of the answers of the last TALLY_SECONDS; above it, each steps the pace back a little.
 REFUSALS_TOLERATED = 0.005
+# Above the limit, a steady share of requests is refused ((pace - limit) / pace); below this share
+# of the last ACCEPT_WINDOW s (or, under an announced limit, of the last TALLY_SECONDS), a 429 is
+# taken for an isolated one (a burst, jitter).
+SUSTAINED_REFUSALS = 0.03
 TALLY_SECONDS = 10
 SHARED_PAUSE_FULL = 2.0  # seconds: a longer Retry-After pauses every request for all of it
 MIN_PAUSE = 0.05  # seconds: the shortest shared pause (Retry-After: 0 never makes us spin)

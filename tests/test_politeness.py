@@ -60,7 +60,8 @@ def test_an_announced_limit_is_followed_without_a_429() -> None:
     2026-11-24: the rate cut to 38.5/s). Arrivals bunched by a shared GIL are not our pacing."""
     with sandbox_process(30, rate=40.0, burst=2.0, announce_limits=True) as url:
         refused, rate, requests = asyncio.run(_follow_the_announced_limit(url))
-    assert rate is not None and 39.0 <= rate <= 40.0  # the server's 40/s, less 1 %
+    # the server's 40/s, less 1 % (a bunch of 429s at once pauses, never cuts below its word)
+    assert rate is not None and 39.0 <= rate <= 40.0, f"rate {rate}; {refused} of {requests} answered 429"
     assert refused <= 1, f"{refused} of {requests} answered 429 though the server announced its limit"
 
 
