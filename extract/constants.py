@@ -78,6 +78,9 @@ REFUSALS_TOLERATED = 0.005
 # of the last ACCEPT_WINDOW s (or, under an announced limit, of the last TALLY_SECONDS), a 429 is
 # taken for an isolated one (a burst, jitter).
 SUSTAINED_REFUSALS = 0.03
+# A 429's spacing from the last one measures how far above the limit we send (limits._overshoot)
+# when the pause after the last one was at most this many intervals (a token bucket's next token).
+SPACING_PAUSE_INTERVALS = 2.0
 TALLY_SECONDS = 10
 SHARED_PAUSE_FULL = 2.0  # seconds: a longer Retry-After pauses every request for all of it
 MIN_PAUSE = 0.05  # seconds: the shortest shared pause (Retry-After: 0 never makes us spin)
@@ -88,6 +91,7 @@ RATE_BURST = 1.0
 # After an isolated 429 a late request no longer takes its missed slot (a one-token bucket
 # refuses the pair), except above this rate, where a late wake-up is a large share of an interval.
 CATCH_UP_KEPT_ABOVE = 100.0  # req/s
+GRANTS_KEPT = 512  # the send times kept to tell a 429 on a close pair (500 req/s x 200 ms in flight, x5)
 THROUGHPUT_WINDOW = 0.5  # seconds over which the observed throughput is measured
 
 # -- paging ------------------------------------------------------------------------------
