@@ -708,36 +708,41 @@ def test_case_a_bunch_of_429s_under_an_announced_limit_pauses_and_a_steady_share
     assert shared.rate is not None and shared.rate < pace
 
 
+class LateTime(FakeTime):
+    """A loop whose every third wake-up is 40 % late."""
+
+    async def sleep(self, seconds: float) -> None:
+        await super().sleep(seconds)
+        if len(self.sleeps) % 3 == 0:
+            self.now += 0.4 * seconds
+
+
+async def send_paced(limiter: RateLimiter, t: FakeTime, count: int) -> list[float]:
+    """``count`` requests at the limiter's pace, each accepted: when each left."""
+    sent: list[float] = []
+    for _ in range(count):
+        await limiter.wait_turn()
+        sent.append(t.now)
+        limiter.on_success(t.now)
+    return sent
+
+
 def test_case_a_lone_429_at_a_one_token_bucket_stops_the_pace_catching_up() -> None:
     """A bucket of one token refuses two requests closer than its interval. Pacing that catches
     up after a late wake-up sends exactly such a pair; after a lone 429 it no longer does, and
     the lone 429 among the few answers of a slow rate (1 of 20 = 5 %) is not taken for a pace
     above the limit (which would lower the estimate to what we sent, night after night)."""
 
-    class LateTime(FakeTime):
-        async def sleep(self, seconds: float) -> None:  # every third wake-up is 40 % late
-            await super().sleep(seconds)
-            if len(self.sleeps) % 3 == 0:
-                self.now += 0.4 * seconds
-
     t = LateTime()
     limiter = RateLimiter(cap=None, initial=20.0, clock=t.clock, sleep=t.sleep)
     limiter._early = 0.0  # (as after any 429: no slot taken early)
     ceiling = limiter.ceiling
 
-    async def send(count: int) -> list[float]:
-        sent: list[float] = []
-        for _ in range(count):
-            await limiter.wait_turn()
-            sent.append(t.now)
-            limiter.on_success(t.now)
-        return sent
-
     def gaps(sent: list[float]) -> list[float]:
         return [b - a for a, b in itertools.pairwise(sent)]
 
     interval = 1 / limiter.rate
-    sent = run(send(40))
+    sent = run(send_paced(limiter, t, 40))
     before = gaps(sent)
     assert min(before) < 0.7 * interval  # caught up: a pair closer than the interval
     pace = limiter.rate
@@ -746,7 +751,7 @@ def test_case_a_lone_429_at_a_one_token_bucket_stops_the_pace_catching_up() -> N
     # a small step back only (the share refused: 1 of 41 answers), not down to what we sent
     assert limiter.ceiling == pytest.approx(ceiling, rel=0.03)
     assert limiter.rate == pytest.approx(pace * (1 - 1 / 41), rel=0.005)
-    after = gaps(run(send(40)))
+    after = gaps(run(send_paced(limiter, t, 40)))
     assert min(after) >= 0.999 / limiter.rate  # never closer than the interval again
 
 
@@ -755,25 +760,11 @@ def test_case_a_429_on_a_request_sent_on_schedule_keeps_the_pace_catching_up() -
     not one of a close pair. Catching up after late wake-ups is not the cause there, so it goes
     on: without it each late wake-up is pace lost (3.5 % of 50 req/s at burst 50, measured)."""
 
-    class LateTime(FakeTime):
-        async def sleep(self, seconds: float) -> None:  # every third wake-up is 40 % late
-            await super().sleep(seconds)
-            if len(self.sleeps) % 3 == 0:
-                self.now += 0.4 * seconds
-
     t = LateTime()
     limiter = RateLimiter(cap=None, initial=50.0, clock=t.clock, sleep=t.sleep)
     limiter._early = 0.0
 
-    async def send(count: int) -> list[float]:
-        sent: list[float] = []
-        for _ in range(count):
-            await limiter.wait_turn()
-            sent.append(t.now)
-            limiter.on_success(t.now)
-        return sent
-
-    sent = run(send(500))  # 10 s: a 429 among them is rare, the pace is kept
+    sent = run(send_paced(limiter, t, 500))  # 10 s: a 429 among them is rare, the pace is kept
     interval = 1 / limiter.rate
     gaps = [b - a for a, b in itertools.pairwise(sent)]
     on_schedule = next(sent[i + 1] for i, gap in enumerate(gaps) if gap >= interval * 0.999)
@@ -781,7 +772,7 @@ def test_case_a_429_on_a_request_sent_on_schedule_keeps_the_pace_catching_up() -
     t.now = limiter.cooldown_until
     pace = limiter.rate
     assert pace is not None
-    sent = run(send(200))
+    sent = run(send_paced(limiter, t, 200))
     achieved = (len(sent) - 1) / (sent[-1] - sent[0])
     assert achieved == pytest.approx(pace, rel=0.005)  # late wake-ups caught up: the pace holds
     assert min(gaps) < 0.7 * interval  # (the loop's late wake-ups did call for catching up)
