@@ -91,6 +91,9 @@ RATE_BURST = 1.0
 # After an isolated 429 a late request no longer takes its missed slot (a one-token bucket
 # refuses the pair), except above this rate, where a late wake-up is a large share of an interval.
 CATCH_UP_KEPT_ABOVE = 100.0  # req/s
+# Without catching up, the last this-many seconds of a wait for a slot are slept blocking, not on
+# the event loop's timer (rounded up to the next ms): at most this per request, only then.
+SETTLE_WAIT = 0.002
 GRANTS_KEPT = 512  # the send times kept to tell a 429 on a close pair (500 req/s x 200 ms in flight, x5)
 THROUGHPUT_WINDOW = 0.5  # seconds over which the observed throughput is measured
 
