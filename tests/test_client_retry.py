@@ -727,6 +727,31 @@ async def send_paced(limiter: RateLimiter, t: FakeTime, count: int) -> list[floa
     return sent
 
 
+def test_case_a_night_started_at_a_found_rate_sends_no_pair_and_keeps_it_through_a_first_429() -> None:
+    """A night that starts at the rate a previous night found paces from its first request. No
+    request leaves early (a pair 0.4 ms apart at a night's start, traced, which a one-token bucket
+    refuses), and a 429 before answers enough to measure (its first connections bunch the first
+    requests at the server) pauses without a cut: the rate found stands (a cut x 0.8, the estimate
+    down to the pace, held a night at 93 % of 20 req/s, burst 1, measured)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, initial=20.0, clock=t.clock, sleep=t.sleep)
+    pace = limiter.rate
+    assert pace == pytest.approx(20.0 * (1 - constants.RATE_MARGIN))
+
+    async def two_at_once() -> list[float]:
+        sent = []
+        for _ in range(2):
+            await limiter.wait_turn()
+            sent.append(t.now)
+        return sent
+
+    first, second = run(two_at_once())
+    assert second - first == pytest.approx(1 / pace)
+    limiter.on_success(t.now, latency=0.001)
+    assert limiter.on_rate_limited(started=second, retry_after=1.0) is False
+    assert (limiter.rate, limiter.ceiling, limiter.decreases) == (pace, 20.0, 0)
+
+
 def test_case_a_lone_429_at_a_one_token_bucket_stops_the_pace_catching_up() -> None:
     """A bucket of one token refuses two requests closer than its interval. Pacing that catches
     up after a late wake-up sends exactly such a pair; after a lone 429 on that pair it no longer
