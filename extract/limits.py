@@ -193,15 +193,15 @@ class RateLimiter:
                     self._tat = tat + interval
                     self._granted.append(now)
                     return
-                wait = go - now
-                if self._catch_up == 0.0 and self._settle is not None and wait <= constants.SETTLE_WAIT:
+                wait, settle = go - now, self._settle
+                if self._catch_up == 0.0 and settle is not None:
                     # Not catching up, a late wake-up is pace lost, and the loop's timer is ~1 ms
                     # late (epoll rounds up to the next ms; 0.7 ms from its typical to its least,
                     # 3.5 % of 50 req/s): the last moment is slept blocking, to ~0.1 ms. At most
                     # SETTLE_WAIT per request, under CATCH_UP_KEPT_ABOVE req/s: a small share of the loop.
-                    self._settle(wait)
-                    continue
-                if self._catch_up == 0.0 and self._settle is not None:
+                    if wait <= constants.SETTLE_WAIT:
+                        settle(wait)
+                        continue
                     wait -= constants.SETTLE_WAIT
                 await sleep(wait)
 
