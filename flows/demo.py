@@ -50,14 +50,16 @@ def run_demo(clients: int = 300) -> int:
             MEMBERSYNC_PASSWORD=config.password,
             MEMBERSYNC_DATA_DIR=str(data_dir.root),
         )
-        out.print("starting Prefect's ephemeral server (takes a few seconds) ...")
+        out.print("starting a local Prefect server (takes a few seconds) ...")
         nightly.prepare_prefect_env()
         from membersync.flows import prefect_flow
+        from membersync.flows.prefect_api import night_api
 
         bar = RichProgress(err)
         nightly.progress_factory = lambda: bar
         try:
-            result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
+            with night_api():  # PREFECT_API_URL's server, else one in this process
+                result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         except Exception as exc:
             bar.close()
             err.print(f"[bold red]error:[/] the demo night failed: {nightly.unwrap(exc)}")

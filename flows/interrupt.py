@@ -6,8 +6,9 @@ atomically), the data dir's lock is released, and the caller exits 130 with one 
 how to resume. If the cancellation has not finished after :data:`GRACE_S` seconds (a Prefect
 server that is itself shutting down can keep the engine retrying its state report for
 minutes), or at a second signal, the process stops at once: it prints the same line, stops its
-child processes (the ephemeral Prefect server) and exits 130. Nothing is lost either way: the
-landing zone survives a SIGKILL anywhere (see ``tests/test_reliability_kills.py``).
+child processes (if any: the local Prefect server is a thread of this one) and exits 130.
+Nothing is lost either way: the landing zone survives a SIGKILL anywhere (see
+``tests/test_reliability_kills.py``).
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def leave_now() -> None:
 
 
 def stop_children(timeout: float = 2.0) -> None:
-    """SIGTERM every descendant process (the ephemeral Prefect server), SIGKILL what is left."""
+    """SIGTERM every descendant process (e.g. a Prefect server of its own), SIGKILL what is left."""
     pids = _descendants(os.getpid())
     for pid in pids:
         with contextlib.suppress(OSError):

@@ -51,7 +51,7 @@ def start(data_dir: DataDir, stem: str) -> Path:
 def capture_stray_output(path: Path, *consoles: Console) -> None:
     """Point file descriptor 2 at the log file; ``consoles`` keep writing to the terminal.
 
-    Child processes (Prefect's ephemeral server) and libraries that write to stderr directly
+    Libraries that write to stderr directly (uvicorn, serving the local Prefect server)
     would otherwise print tracebacks between the progress bar and the one-line errors, e.g.
     while the server shuts down after a Ctrl-C. What they write is kept, in the log file.
     """

@@ -3,13 +3,15 @@
 When no API URL is configured (``PREFECT_API_URL`` unset in the environment and the Prefect
 profile), Prefect starts its own "ephemeral" server on the first client call. It does so from
 ``prefect.server.api.server``, so *this* process first imports the whole server application
-(FastAPI, SQLAlchemy, the ORM, every API router: ~3 s of CPU on the 2-core build machine) only
-to spawn a subprocess that imports it all again. :func:`night_api` starts the same server
-(uvicorn serving Prefect's ``create_app``, ephemeral flags, the same database under
-``PREFECT_HOME``) without that import, and points this process's Prefect settings at it, so the
-flow run, its task runs and its artifacts land exactly where they did. The server's process
-(:func:`serve`) loads Prefect with the garbage collector off (:mod:`membersync.flows.nightgc`):
-~0.6 s less CPU for each night.
+(FastAPI, SQLAlchemy, the ORM, every API router) only to spawn a subprocess that starts a second
+interpreter and imports Prefect and that application all over again. :func:`night_api` serves
+the same application (Prefect's ``create_app``, ephemeral: no UI, only the services an
+ephemeral server runs; the same database under ``PREFECT_HOME``) from a thread of this process,
+with uvicorn, on a loopback port, and points this process's Prefect settings at it: the flow
+run, its task runs and its artifacts land exactly where they did, and Prefect is loaded once.
+Before the night's first request that costs ~2 s of CPU less than a server process of its own
+(which we ran before: 8.5-11.0 s against 7.1-9.7 s in alternating runs on a busy host; README,
+"Prefect's fixed cost"). The server's work during the night is a few calls per batch task.
 
 A configured server (``PREFECT_API_URL``, e.g. ``membersync serve``'s or Prefect Cloud) is used
 as it is; no server is started then.
@@ -21,73 +23,20 @@ import contextlib
 import logging
 import os
 import socket
-import subprocess
-import sys
+import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from membersync.flows import nightgc
+
+if TYPE_CHECKING:
+    from prefect.settings import Settings
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # a loaded 2-core machine; PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS wins
-_PORT_IN_USE = 3  # uvicorn's exit code when the port was taken meanwhile
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _spawn(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """What ``prefect.server.api.server.SubprocessASGIServer`` runs (uvicorn serving Prefect's
-    ``create_app``), on ``port``, by :func:`serve` (the collector off while it loads)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "membersync.flows.prefect_api", str(port)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def serve(port: int) -> None:
-    """The local server's process: Prefect's app (its settings from the environment that
-    :func:`night_api` gives it), served by uvicorn on 127.0.0.1 until terminated. Exits 3 when
-    the port was taken meanwhile (uvicorn's start-up failure)."""
-    with nightgc.quiet_while_loading():
-        import uvicorn
-        from prefect.server.api.server import create_app
-
-        app = create_app()
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_healthy(api_url: str, process: subprocess.Popen[bytes], timeout: float) -> bool:
-    """True once ``/health`` answers 200; False if the process exited with "port in use"."""
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=5, trust_env=False) as client:
-        while time.monotonic() < deadline:
-            code = process.poll()
-            if code == _PORT_IN_USE:
-                return False
-            if code is not None:
-                raise RuntimeError(f"the local Prefect server exited with code {code}")
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{api_url}/health").status_code == 200:
-                    return True
-            time.sleep(0.1)
-    raise RuntimeError(f"the local Prefect server did not answer within {timeout:.0f} s")
+STOP_TIMEOUT_S = 10.0  # the server's shutdown (its services, its database), at most
 
 
 @contextlib.contextmanager
@@ -105,28 +54,8 @@ def night_api() -> Iterator[str | None]:
     if settings.api.url or not settings.server.ephemeral.enabled:
         yield None
         return
-    env = {
-        # Registering Prefect's block types costs a fresh database ~2-3 s of CPU; a night uses
-        # no block (nothing is persisted). A later server on the same PREFECT_HOME registers them.
-        "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
-        **os.environ,
-        "PREFECT_UI_ENABLED": "0",
-        "PREFECT__SERVER_EPHEMERAL": "1",
-        "PREFECT__SERVER_FINAL": "1",
-        **settings.to_environment_variables(exclude_unset=True),
-    }
     timeout = float(settings.server.ephemeral.startup_timeout_seconds or START_TIMEOUT_S)
-    process = None
-    api_url = ""
-    try:
-        for _ in range(5):  # another process may take the free port before uvicorn binds it
-            port = _free_port()
-            api_url = f"http://127.0.0.1:{port}/api"
-            process = _spawn(port, env)
-            if _wait_healthy(api_url, process, timeout):
-                break
-        else:
-            raise RuntimeError("the local Prefect server found no free port")
+    with local_server(settings, timeout) as api_url:
         log.info("local Prefect server at %s (database under PREFECT_HOME)", api_url)
         with contextlib.ExitStack() as stack:
             stack.enter_context(temporary_settings(updates={PREFECT_API_URL: api_url}))
@@ -137,9 +66,73 @@ def night_api() -> Iterator[str | None]:
                 stack.enter_context(global_settings(prefect.context.get_settings_context()))
             yield api_url
             _drain_workers()  # the night's last events and logs reach the server before it stops
+
+
+@contextlib.contextmanager
+def local_server(settings: Settings, timeout: float) -> Iterator[str]:
+    """Prefect's server application, served from a thread of this process until the block ends.
+
+    Yields its API URL (``http://127.0.0.1:<port>/api``). The port is bound here, before the
+    thread starts, so no other process can take it meanwhile. Raises RuntimeError when the
+    server stops during its start (its error is logged) or does not start within ``timeout``.
+    """
+    import uvicorn
+    from prefect.settings import temporary_settings
+
+    updates = _server_settings()
+    with temporary_settings(updates=updates) as server_settings, nightgc.quiet_while_loading():
+        from prefect.server.api.server import create_app
+
+        app = create_app(server_settings, ephemeral=True)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        app, log_level="error", lifespan="on", timeout_graceful_shutdown=STOP_TIMEOUT_S / 2
+    )
+    server = uvicorn.Server(config)
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        # A thread starts with empty context variables: the server's settings are entered in it.
+        try:
+            with temporary_settings(updates=updates):
+                server.run(sockets=[sock])
+        except BaseException as exc:  # uvicorn exits with SystemExit when its start fails
+            failed.append(exc)
+
+    thread = threading.Thread(target=serve, name="prefect-server", daemon=True)
+    thread.start()
+    try:
+        _wait_started(server, thread, failed, timeout)
+        yield f"http://127.0.0.1:{port}/api"
     finally:
-        if process is not None:
-            _stop(process)
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT_S)
+        sock.close()
+
+
+def _server_settings() -> dict[Any, Any]:
+    """What the local server runs with beyond this process's settings."""
+    from prefect.settings import PREFECT_API_BLOCKS_REGISTER_ON_START
+
+    if "PREFECT_API_BLOCKS_REGISTER_ON_START" in os.environ:
+        return {}  # the user's word
+    # Registering Prefect's block types costs a fresh database ~2-3 s of CPU; a night uses no
+    # block (nothing is persisted). A later server on the same PREFECT_HOME registers them.
+    return {PREFECT_API_BLOCKS_REGISTER_ON_START: False}
+
+
+def _wait_started(server: Any, thread: threading.Thread, failed: list[BaseException], timeout: float) -> None:
+    """Until uvicorn has run the application's start-up (migrations included) and listens."""
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive():
+            cause = failed[0] if failed else None
+            raise RuntimeError("the local Prefect server stopped during its start (see the log)") from cause
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the local Prefect server did not start within {timeout:.0f} s")
+        time.sleep(0.02)
 
 
 def _drain_workers() -> None:
@@ -160,7 +153,3 @@ def _drain_workers() -> None:
                 log.debug("could not flush Prefect's %s: %s", drain_call, exc)
 
     run_coro_as_sync(drain())
-
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]))

@@ -209,7 +209,7 @@ def _run(
     logfile.quiet_console()  # Prefect's console handlers would break the bar and the one-line errors
     nightly.progress_factory = lambda: bar
     try:
-        with night_api():  # PREFECT_API_URL's server, else a local one (without importing it here)
+        with night_api():  # PREFECT_API_URL's server, else one served from a thread of this process
             result: dict[str, Any] = run_until_signal(
                 prefect_flow.nightly_sync(night=night, full=full),
                 say,

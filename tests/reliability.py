@@ -453,7 +453,7 @@ ANCHOR = dt.datetime.now(dt.UTC).date()
 KILLS = int(os.environ.get("MEMBERSYNC_RELIABILITY_KILLS", "8"))
 # Kills run the CLI without Prefect by default (landing, commit and build are the same code; Prefect
 # only wraps the steps in task runs and costs ~10-40 s of start-up per run). "on": exec'd CLI on
-# Prefect's ephemeral server, whose process is in the killed group too.
+# the local Prefect server it serves from a thread.
 KILL_WITH_PREFECT = os.environ.get("MEMBERSYNC_RELIABILITY_PREFECT", "off") == "on"
 
 

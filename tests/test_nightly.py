@@ -247,7 +247,7 @@ def test_sigkill_mid_landing_then_rerun_resumes_without_refetching(
             time.sleep(0.05)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the sync and its ephemeral Prefect server
+            os.killpg(proc.pid, signal.SIGKILL)  # the sync (its Prefect server a thread of it)
         _, stderr = proc.communicate()
     assert proc.returncode == -signal.SIGKILL, (
         f"the sync ended by itself ({proc.returncode}): {stderr[-2000:]!r}"
@@ -360,6 +360,73 @@ def test_prefect_flow_runs_a_task_per_batch_and_publishes_a_summary_artifact(
     assert artifacts and artifacts[0].type == "table"
     text = str(artifacts[0].data)
     assert "requests" in text and "rows: clients" in text and secret not in text
+
+
+@pytest.mark.prefect
+def test_case_the_default_path_records_its_flow_run_tasks_and_artifact_under_prefect_home(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Case: `membersync sync` with Prefect on and no PREFECT_API_URL (the default path): the
+    local server it serves for the night (a thread of the command) leaves the flow run, one task
+    run per batch and the summary artifact in PREFECT_HOME's database, read here with sqlite3."""
+    import sqlite3
+
+    from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
+
+    sandbox = fresh_sandbox(clients=50)
+    env = sync_env(sandbox, tmp_path / "data", tmp_path, MEMBERSYNC_BATCH_SIZE="20", MEMBERSYNC_BUILD="off")
+    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", TODAY.isoformat(), "--no-progress"]
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    with sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db") as db:
+        runs = db.execute(
+            "select r.id, r.state_type, r.parameters from flow_run r join flow f on f.id = r.flow_id "
+            "where f.name = ?",
+            (nightly_sync.name,),
+        ).fetchall()
+        assert len(runs) == 1, runs
+        run_id, state, parameters = runs[0]
+        tasks = db.execute(
+            "select name, state_type from task_run where flow_run_id = ?", (run_id,)
+        ).fetchall()
+        artifacts = db.execute(
+            "select type, data from artifact where key = ? and flow_run_id = ?",
+            (SUMMARY_ARTIFACT_KEY, run_id),
+        ).fetchall()
+    assert state == "COMPLETED"
+    batches = sorted(name for name, _ in tasks if name.startswith("batch-"))
+    assert batches == ["batch-00000", "batch-00001", "batch-00002"]  # 50 clients, 20 a batch
+    assert len(tasks) == 3 + 4 and {s for _, s in tasks} == {"COMPLETED"}, tasks
+    assert len(artifacts) == 1 and artifacts[0][0] == "table"
+    password = settings_for(sandbox).password.get_secret_value()
+    assert password not in parameters and password not in artifacts[0][1]
+
+
+@pytest.mark.prefect
+def test_case_a_local_prefect_server_that_cannot_start_is_one_line_and_its_cause_is_in_the_log(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Case: the default path with a Prefect database that cannot be opened: the local server's
+    start fails, the command says so in one line (exit 1), the log holds the cause, nothing is
+    committed and no process is left."""
+    sandbox = fresh_sandbox(clients=5)
+    data_dir = tmp_path / "data"
+    env = sync_env(
+        sandbox,
+        data_dir,
+        tmp_path,
+        MEMBERSYNC_BUILD="off",
+        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{tmp_path}/no-such-dir/prefect.db",
+    )
+    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", TODAY.isoformat(), "--no-progress"]
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(lines) == 1 and "the local Prefect server stopped during its start" in lines[0], lines
+    log_text = "\n".join(p.read_text() for p in (data_dir / "logs").glob("sync-*.log"))
+    assert "unable to open database file" in log_text
+    assert read_manifest(DataDir(data_dir).manifests, TODAY) is None
 
 
 def void_an_old_sale(service: Any, older_than: dt.date) -> str:
