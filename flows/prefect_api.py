@@ -8,10 +8,11 @@ interpreter and imports Prefect and that application all over again. :func:`nigh
 the same application (Prefect's ``create_app``, ephemeral: no UI, only the services an
 ephemeral server runs; the same database under ``PREFECT_HOME``) from a thread of this process,
 with uvicorn, on a loopback port, and points this process's Prefect settings at it: the flow
-run, its task runs and its artifacts land exactly where they did, and Prefect is loaded once.
-Before the night's first request that costs ~2 s of CPU less than a server process of its own
-(which we ran before: 8.5-11.0 s against 7.1-9.7 s in alternating runs on a busy host; README,
-"Prefect's fixed cost"). The server's work during the night is a few calls per batch task.
+run, its task runs and its artifacts land exactly where they did, and Prefect is loaded once:
+~2 s of CPU and wall less before the night's first request than the server process of its own
+we ran before (README, "Prefect's fixed cost"), and nothing left running if the command is
+killed. The price: the server's work during the night (a few calls per batch task) shares this
+interpreter, which slows an unpaced night against a loopback sandbox by ~9 %, not a paced one.
 
 A configured server (``PREFECT_API_URL``, e.g. ``membersync serve``'s or Prefect Cloud) is used
 as it is; no server is started then.
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from membersync.flows import nightgc
 
 if TYPE_CHECKING:
+    import uvicorn
     from prefect.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -123,7 +125,9 @@ def _server_settings() -> dict[Any, Any]:
     return {PREFECT_API_BLOCKS_REGISTER_ON_START: False}
 
 
-def _wait_started(server: Any, thread: threading.Thread, failed: list[BaseException], timeout: float) -> None:
+def _wait_started(
+    server: uvicorn.Server, thread: threading.Thread, failed: list[BaseException], timeout: float
+) -> None:
     """Until uvicorn has run the application's start-up (migrations included) and listens."""
     deadline = time.monotonic() + timeout
     while not server.started:
