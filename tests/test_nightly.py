@@ -369,6 +369,7 @@ def test_case_the_default_path_records_its_flow_run_tasks_and_artifact_under_pre
     """Case: `membersync sync` with Prefect on and no PREFECT_API_URL (the default path): the
     local server it serves for the night (a thread of the command) leaves the flow run, one task
     run per batch and the summary artifact in PREFECT_HOME's database, read here with sqlite3."""
+    import contextlib
     import sqlite3
 
     from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
@@ -379,7 +380,7 @@ def test_case_the_default_path_records_its_flow_run_tasks_and_artifact_under_pre
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    with sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db") as db:
+    with contextlib.closing(sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db")) as db:
         runs = db.execute(
             "select r.id, r.state_type, r.parameters from flow_run r join flow f on f.id = r.flow_id "
             "where f.name = ?",
@@ -408,8 +409,8 @@ def test_case_a_local_prefect_server_that_cannot_start_is_one_line_and_its_cause
     fresh_sandbox: Callable[..., Any], tmp_path: Path
 ) -> None:
     """Case: the default path with a Prefect database that cannot be opened: the local server's
-    start fails, the command says so in one line (exit 1), the log holds the cause, nothing is
-    committed and no process is left."""
+    start fails, the command says so in one line (exit 1), the log holds the cause and nothing is
+    committed."""
     sandbox = fresh_sandbox(clients=5)
     data_dir = tmp_path / "data"
     env = sync_env(
