@@ -270,9 +270,9 @@ class RateLimiter:
         # once are also jitter while they stay a small share of the last TALLY_SECONDS: arrivals
         # bunched on the way (a stall at either end, a server whose bucket holds 2 tokens) are
         # not our pace, and a cut below its word cost the pace (38.6 req/s for an announced 40,
-        # CI). A steady share says its word is not the whole truth (a quota shared with another
-        # app): that is estimated as without one.
-        bunched = self.announced is not None and share < constants.SUSTAINED_REFUSALS
+        # CI). A steady share (spread over seconds, and more than a few) says its word is not
+        # the whole truth (a quota shared with another app): that is estimated as without one.
+        bunched = self.announced is not None and not self._steady_refusals(share)
         isolated = (
             self.ceiling is not None and self.rate is not None and (self._isolated_refusal(now) or bunched)
         )
@@ -500,6 +500,17 @@ class RateLimiter:
         """Share of the answers of the last TALLY_SECONDS that were 429s."""
         answers = sum(entry[1] for entry in self._tally)
         return sum(entry[2] for entry in self._tally) / answers if answers else 1.0
+
+    def _steady_refusals(self, share: float) -> bool:
+        """Are the 429s of the last TALLY_SECONDS a steady share, not a bunch? At least
+        SUSTAINED_REFUSALS of the answers, STEADY_MIN_REFUSED of them, in STEADY_MIN_SECONDS
+        seconds: a share of a few answers, or of one moment, is a stall's, not a pace's."""
+        refused = [entry[2] for entry in self._tally if entry[2]]
+        return (
+            share >= constants.SUSTAINED_REFUSALS
+            and sum(refused) >= constants.STEADY_MIN_REFUSED
+            and len(refused) >= constants.STEADY_MIN_SECONDS
+        )
 
     def _overshoot(self, now: float) -> float | None:
         """How far above the server's limit we send (a share of it), from the spacing of its 429s.

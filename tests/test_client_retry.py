@@ -708,6 +708,29 @@ def test_case_a_bunch_of_429s_under_an_announced_limit_pauses_and_a_steady_share
     assert shared.rate is not None and shared.rate < pace
 
 
+def test_case_three_429s_in_a_short_night_under_an_announced_limit_are_a_bunch_not_a_share() -> None:
+    """Case: a night of ~100 requests (2.5 s at 40 req/s) meets three 429s, a stall's bunches at a
+    2-token bucket: 3 % of its answers, the share a steady refusal would draw. Too few, and too
+    close in time, to be a steady share: the server's word stands (CI, 2026-11-25: the pace cut
+    to 37.7 req/s for an announced 40)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
+    pace = limiter.rate
+    refusals = 0
+    for i in range(96):  # 2.4 s at the announced pace, two refused within it
+        refused = int(i in (40, 80))
+        refusals += refused
+        limiter._count_accepted(t.now)
+        limiter._tally_answer(t.now, refused=refused)
+        if refused:
+            limiter._refused.append(t.now)
+        t.now += 0.025
+    assert limiter.on_rate_limited(started=t.now - 0.025, retry_after=1.0) is False
+    assert (refusals + 1) / (96 + 1) >= constants.SUSTAINED_REFUSALS  # the share alone would cut
+    assert limiter.rate == pace and limiter.decreases == 0
+
+
 class LateTime(FakeTime):
     """A loop whose every third wake-up is 40 % late."""
 
