@@ -32,6 +32,9 @@ from pydantic import SecretStr
 
 REPO = Path(__file__).resolve().parent.parent
 TODAY = dt.date.today()
+# today's night, as a user types it (run as a real process)
+SYNC_CMD = [sys.executable, "-m", "membersync.flows.cli", "sync"]
+SYNC_CMD += ["--date", TODAY.isoformat(), "--no-progress"]
 
 
 def settings_for(sandbox: Any) -> ServiceSettings:
@@ -233,11 +236,10 @@ def test_sigkill_mid_landing_then_rerun_resumes_without_refetching(
     sandbox = fresh_sandbox(clients=200, seed=5, latency_ms=2.0)
     data_dir = tmp_path / "data"
     env = sync_env(sandbox, data_dir, tmp_path, MEMBERSYNC_BATCH_SIZE="10", MEMBERSYNC_BUILD="off")
-    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", TODAY.isoformat(), "--no-progress"]
     batches_dir = data_dir / "landing" / "_staging" / TODAY.isoformat() / "batches"
 
     proc = subprocess.Popen(
-        cmd, env=env, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        SYNC_CMD, env=env, cwd=REPO, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 180  # Prefect's ephemeral server starts slowly on a busy machine
     try:
@@ -260,7 +262,7 @@ def test_sigkill_mid_landing_then_rerun_resumes_without_refetching(
     # suite a second ephemeral-server start: resuming is the landing zone's and NightRun's job,
     # the same code on both paths (the Prefect path is covered by the flow test below).
     rerun_env = {**env, "MEMBERSYNC_PREFECT": "off"}
-    rerun = subprocess.run(cmd, env=rerun_env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(SYNC_CMD, env=rerun_env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
 
     dd = DataDir(data_dir)
@@ -376,8 +378,7 @@ def test_case_the_default_path_records_its_flow_run_tasks_and_artifact_under_pre
 
     sandbox = fresh_sandbox(clients=50)
     env = sync_env(sandbox, tmp_path / "data", tmp_path, MEMBERSYNC_BATCH_SIZE="20", MEMBERSYNC_BUILD="off")
-    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", TODAY.isoformat(), "--no-progress"]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(SYNC_CMD, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     with contextlib.closing(sqlite3.connect(Path(env["PREFECT_HOME"]) / "prefect.db")) as db:
@@ -420,8 +421,7 @@ def test_case_a_local_prefect_server_that_cannot_start_is_one_line_and_its_cause
         MEMBERSYNC_BUILD="off",
         PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{tmp_path}/no-such-dir/prefect.db",
     )
-    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", TODAY.isoformat(), "--no-progress"]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(SYNC_CMD, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert len(lines) == 1 and "the local Prefect server stopped during its start" in lines[0], lines
