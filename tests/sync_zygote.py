@@ -41,7 +41,16 @@ def _preload() -> None:
     import membersync.warehouse.landing  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
+    _import_report_stack()
     _warm_dbt()
+
+
+def _import_report_stack() -> None:
+    """The morning report's charts and the workbooks (~0.65 s of CPU). Importing them starts no
+    thread: V8 starts at the first chart, in the child."""
+    import altair  # noqa: F401
+    import vl_convert  # noqa: F401
+    import xlsxwriter  # noqa: F401
 
 
 def _warm_dbt() -> None:
