@@ -103,6 +103,25 @@ def test_case_the_report_is_one_file_where_the_night_says(report) -> None:
     assert text.count("<svg") == len(CHARTS)
 
 
+def test_case_every_chart_is_valid_vega_lite(report, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Case: a night's report renders its charts without validating their Vega-Lite specs (~0.2 s of
+    CPU per report); every spec of the scenario's charts is validated against the schema here."""
+    from membersync.warehouse import export, morning
+
+    data_dir, _, _ = report
+    validated: list[dict[str, Any]] = []
+
+    def validate(chart: Any) -> str:
+        validated.append(chart.to_dict(validate=True))  # raises on a spec the schema refuses
+        return "<svg></svg>"
+
+    monkeypatch.setattr(morning, "_render", validate)
+    with export.open_at_night(data_dir, ms.NIGHTS[-1]) as (con, night):
+        charts = morning.read_charts(con, night)
+    assert [c.key for c in charts] == list(CHARTS) and len(validated) == len(CHARTS)
+    assert all(spec["data"]["values"] for spec in validated)  # each drew the scenario's rows
+
+
 def test_case_the_report_in_chromium_draws_every_chart_and_requests_nothing_else(report, tmp_path) -> None:
     """Case: a real browser at phone and desktop width: no console error, only the file requested,
     each chart an SVG with marks, figures and data quality shown, screenshots written."""
