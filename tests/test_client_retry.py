@@ -14,7 +14,7 @@ import itertools
 import logging
 import socket
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from email.utils import formatdate
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -658,6 +658,20 @@ def test_an_announced_limit_is_obeyed_exactly_and_an_empty_quota_pauses() -> Non
     assert quota.cooldown_until >= t.now + constants.MIN_PAUSE - 1e-9  # a pause, never a spin
 
 
+def answers_at_pace(limiter: RateLimiter, start: float, count: int, refused_at: Container[int] = ()) -> float:
+    """Feed ``limiter`` ``count`` answers 25 ms apart (40 req/s) from ``start``, the ``refused_at``-th
+    of them 429s; the time after the last one."""
+    now = start
+    for i in range(count):
+        refused = i in refused_at
+        limiter._count_accepted(now)
+        limiter._tally_answer(now, refused=int(refused))
+        if refused:
+            limiter._refused.append(now)
+        now += 0.025
+    return now
+
+
 def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() -> None:
     """Jitter (two requests arriving together at a small bucket) can draw a 429 at the announced
     pace: the server's word stands. Without an announcement the same refusal (the third in 10 s,
@@ -667,11 +681,9 @@ def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() ->
     guessed = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     announced.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
     guessed.rate, guessed.ceiling = announced.rate, 40.0  # (an estimate of its own)
-    for i in range(400):  # ten seconds at the pace, two requests refused in the first nine
-        for limiter in (announced, guessed):
-            limiter._count_accepted(t.now)
-            limiter._tally_answer(t.now, refused=int(i in (100, 200)))
-        t.now += 0.025
+    # ten seconds at the pace, two requests refused in the first nine
+    answers_at_pace(announced, t.now, 400, refused_at=(100, 200))
+    t.now = answers_at_pace(guessed, t.now, 400, refused_at=(100, 200))
     pace = announced.rate
     assert announced.on_rate_limited(started=t.now - 0.01, retry_after=1.0) is False  # no cut
     assert guessed.on_rate_limited(started=t.now - 0.01, retry_after=1.0) is True
@@ -691,13 +703,9 @@ def test_case_a_bunch_of_429s_under_an_announced_limit_pauses_and_a_steady_share
     shared = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     for limiter in (bunched, shared):
         limiter.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
-    for i in range(400):  # ten seconds at the announced pace; 1 in 20 refused at the shared quota
-        for limiter, refused in ((bunched, 0), (shared, int(i % 20 == 0))):
-            limiter._count_accepted(t.now)
-            limiter._tally_answer(t.now, refused=refused)
-            if refused:
-                limiter._refused.append(t.now)
-        t.now += 0.025
+    # ten seconds at the announced pace; 1 in 20 refused at the shared quota
+    answers_at_pace(bunched, t.now, 400)
+    t.now = answers_at_pace(shared, t.now, 400, refused_at=range(0, 400, 20))
     pace = bunched.rate
     assert pace == pytest.approx(40.0 * (1 - constants.ANNOUNCED_MARGIN))
     for _ in range(3):  # three 429s within 20 ms: 3 of the last second's ~40 answers (7 %)
@@ -717,17 +725,10 @@ def test_case_three_429s_in_a_short_night_under_an_announced_limit_are_a_bunch_n
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
     pace = limiter.rate
-    refusals = 0
-    for i in range(96):  # 2.4 s at the announced pace, two refused within it
-        refused = int(i in (40, 80))
-        refusals += refused
-        limiter._count_accepted(t.now)
-        limiter._tally_answer(t.now, refused=refused)
-        if refused:
-            limiter._refused.append(t.now)
-        t.now += 0.025
+    t.now = answers_at_pace(limiter, t.now, 96, refused_at=(40, 80))  # 2.4 s, two refused within it
     assert limiter.on_rate_limited(started=t.now - 0.025, retry_after=1.0) is False
-    assert (refusals + 1) / (96 + 1) >= constants.SUSTAINED_REFUSALS  # the share alone would cut
+    share = (2 + 1) / (96 + 1)  # two refused, and the third now, of 97 answers
+    assert share >= constants.SUSTAINED_REFUSALS  # the share alone would cut
     assert limiter.rate == pace and limiter.decreases == 0
 
 
