@@ -289,14 +289,6 @@ class RateLimiter:
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
         previous = self._last_decrease
-        one_token = self._catch_up == 0.0  # no two requests leave closer than the interval already
-        if not isolated and not one_token and self._caught_up_pair_below_bound(started):
-            # Refused while climbing back under the bound the last cut set, on a pair that caught
-            # up after a late wake-up: a bucket too small for a close pair, not the pace. Taken for
-            # the pace, a streak's estimate cut 46.8 req/s to 44.1 for a limit of 50 at burst 1, and
-            # the night sat at 88-91 % (traced). From now on no pair leaves close; the pause is all.
-            self._catch_up = self._early = 0.0
-            return False
         if isolated:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
             # end, timer jitter, a moment of low demand then a burst), not a pace above its
@@ -307,7 +299,8 @@ class RateLimiter:
             self._early = 0.0
             rate = self.rate
             # Already sending no two requests closer than the interval (a one-token bucket refused
-            # a close pair before, ``one_token``): a lone 429 now is the pace at the limit, not a pair.
+            # a close pair before): a lone 429 now is the pace at the limit, not a pair.
+            one_token = self._catch_up == 0.0
             close = (
                 rate is not None and rate <= constants.CATCH_UP_KEPT_ABOVE and self._sent_close(started, rate)
             )
@@ -350,17 +343,10 @@ class RateLimiter:
             # the last 10 s held the start-up's streak, 14 % at 50 req/s, burst 50: a step of 8 %
             # for a pace 2.4 % over. The share of the 429s at this pace only, at least 1 % or 2 %,
             # drew 1.37 % or 1.81 % 429s at 20 req/s, burst 5, measured.)
-            # At a one-token bucket a lone 429 is the arrivals' jitter at the pace's edge, whatever
-            # the share, and such a bucket saves no tokens for a probe to run above its limit on:
-            # the smallest step. (The share of the last 10 s held the discovery's streak: a step of
-            # 8 %, 47.2 -> 43.5 req/s for a limit of 50; what the last second took held the climb
-            # back from a cut: 47.7 -> 45.6; traced.)
             share_or_overshoot = share if overshoot is None else overshoot + constants.RATE_MARGIN
             step = max(constants.RATE_MARGIN / 2, min(share_or_overshoot, constants.RATE_MARGIN * 4))
-            if one_token:
-                step = constants.RATE_MARGIN / 2
             lower = self.rate * (1 - step)
-            if not one_token and accepted < self.rate * (1 - 2 * constants.RATE_MARGIN):
+            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN):
                 lower = max(min(lower, accepted), self.rate * (1 - 4 * constants.RATE_MARGIN))
             self.rate = self._capped(lower)
             too_many = share >= 2 * constants.REFUSALS_TOLERATED
@@ -591,15 +577,6 @@ class RateLimiter:
             if granted[i] <= started:
                 return granted[i] - granted[i - 1] < (1 - constants.RATE_MARGIN) / rate
         return False
-
-    def _caught_up_pair_below_bound(self, started: float) -> bool:
-        """Was the request sent at ``started`` one of a close pair (see :meth:`_sent_close`), paced
-        under the bound a cut set (``ceiling``) and under CATCH_UP_KEPT_ABOVE, with no limit
-        announced? Then its 429 is a one-token bucket's, even amid a streak."""
-        rate, ceiling = self.rate, self.ceiling
-        if rate is None or ceiling is None or self.announced is not None:
-            return False
-        return rate < ceiling and rate <= constants.CATCH_UP_KEPT_ABOVE and self._sent_close(started, rate)
 
     def _rough_rate(self, now: float) -> float:
         """What we achieved since the first answer, however little we know (for a first cut)."""

@@ -881,62 +881,6 @@ def test_case_a_429_on_a_request_sent_on_schedule_keeps_the_pace_catching_up() -
     assert min(gaps) < 0.7 * interval  # (the loop's late wake-ups did call for catching up)
 
 
-def climbing_back_in_a_streak(close: bool) -> tuple[RateLimiter, LateTime, float]:
-    """A limiter climbing back at 45 req/s under the bound of a cut (50), catching up after late
-    wake-ups, a 429 0.5 s ago; the time a request left, one of a close pair or on schedule."""
-    t = LateTime()
-    limiter = RateLimiter(cap=None, initial=50.0, clock=t.clock, sleep=t.sleep)
-    limiter._early, limiter.rate = 0.0, 45.0
-    sent = run(send_paced(limiter, t, 60))
-    limiter._refused.append(t.now - 0.5)  # not alone in its second: no "isolated" 429
-    limiter._tally_answer(t.now - 0.5, refused=1)
-    interval = 1 / limiter.rate
-    gaps = [b - a for a, b in itertools.pairwise(sent)]
-    if close:
-        return limiter, t, sent[gaps.index(min(gaps)) + 1]
-    return limiter, t, next(sent[i + 1] for i, gap in enumerate(gaps) if gap >= interval * 0.999)
-
-
-def test_case_a_close_pair_refused_in_a_streak_under_the_bound_is_a_one_token_bucket_not_the_pace() -> None:
-    """Climbing back after a cut, under its bound, a 429 on a pair that caught up after a late
-    wake-up is a bucket too small for a close pair, even with another 429 in the same second:
-    catching up stops, and neither the pace nor the estimate comes down. (Taken for the pace, the
-    streak's estimate cut 46.8 req/s to 44.1 for a limit of 50 at burst 1: 88-91 %, traced.)
-    Refused on schedule, the same moment is the pace above the limit: a cut."""
-    limiter, t, started = climbing_back_in_a_streak(close=True)
-    pace, ceiling = limiter.rate, limiter.ceiling
-    assert pace is not None and ceiling is not None and pace < ceiling
-    assert limiter.on_rate_limited(started=started, retry_after=1.0) is False
-    assert (limiter.rate, limiter.ceiling) == (pace, ceiling)
-    t.now = limiter.cooldown_until
-    after = [b - a for a, b in itertools.pairwise(run(send_paced(limiter, t, 40)))]
-    assert min(after) >= 0.999 / limiter.rate  # never closer than the interval again
-
-    limiter, t, started = climbing_back_in_a_streak(close=False)
-    pace = limiter.rate
-    assert pace is not None
-    assert limiter.on_rate_limited(started=started, retry_after=1.0) is True
-    assert limiter.rate < pace
-
-
-def test_case_a_lone_429_at_a_one_token_bucket_steps_back_the_least_whatever_the_last_10_s_held() -> None:
-    """At a one-token bucket (no pair leaves close any more) a lone 429 is the arrivals' jitter at
-    the pace's edge: the step back is half the margin, though the last 10 s hold the discovery's
-    streak (a step of that share, 8 %, took 47.2 req/s to 43.5 for a limit of 50, traced), and the
-    last second took less than the pace (a climb back from a cut: 47.7 -> 45.6, traced)."""
-    t = FakeTime()
-    limiter = RateLimiter(cap=None, initial=50.0, clock=t.clock, sleep=t.sleep)  # paced at 49 req/s
-    limiter._early, limiter._catch_up = 0.0, 0.0  # (as after a 429 on a close pair)
-    t.now = answers_at_pace(limiter, t.now, 200, refused_at=range(0, 40, 2))  # a streak, 5 s ago
-    pace = limiter.rate
-    assert pace is not None
-    assert limiter._tally_refused_share() > 4 * constants.RATE_MARGIN
-    accepted = limiter._accepted_rate(t.now)
-    assert accepted is not None and accepted < pace * (1 - 4 * constants.RATE_MARGIN)  # 40 req/s taken
-    assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0) is True
-    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2))
-
-
 def test_case_rare_lone_429s_cost_a_pause_and_frequent_ones_a_step_back() -> None:
     """A small bucket refuses now and then whatever the pace (arrival jitter). Stepping back on
     each such 429 sinks the pace night-long (68 % of the limit at burst 5, measured): under
