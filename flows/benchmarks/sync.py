@@ -27,10 +27,12 @@ import datetime as dt
 import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -63,6 +65,29 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the block runs, a SIGTERM raises SystemExit, so that the ``finally`` clauses stop the
+    processes the benchmark started (the sandbox, a night's child: ``subprocess.run`` kills its
+    child on any exception). By default a SIGTERM ends Python at once and orphans them. Only where
+    no handler is in place yet (an outer block's, pytest's, Prefect's) and in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def sandbox_process(
     clients: int,
     *,
@@ -90,24 +115,29 @@ def sandbox_process(
         *(["--announce-limits"] if announce_limits else []),
     ]
     env = {**os.environ, "SANDBOX_USERNAME": USERNAME, "SANDBOX_PASSWORD": PASSWORD}
-    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with _sigterm_unwinds():
+        process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            yield _ready_url(process, port)
+        finally:
+            stop_process(process)
+
+
+def _ready_url(process: subprocess.Popen[bytes], port: int) -> str:
+    """The sandbox's URL once it answers (it may take a while to generate its clients)."""
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 1800  # 100,000 generated clients take a while
-        while True:
-            if process.poll() is not None:
-                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                raise RuntimeError(f"the sandbox exited with code {process.returncode}: {stderr[-500:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                answer = httpx.get(f"{url}/svcapi/stores/storelist", auth=(USERNAME, PASSWORD), timeout=5)
-                if answer.status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the sandbox did not start in time")
-            time.sleep(0.5)
-        yield url
-    finally:
-        stop_process(process)
+    deadline = time.monotonic() + 1800  # 100,000 generated clients take a while
+    while True:
+        if process.poll() is not None:
+            stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise RuntimeError(f"the sandbox exited with code {process.returncode}: {stderr[-500:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            answer = httpx.get(f"{url}/svcapi/stores/storelist", auth=(USERNAME, PASSWORD), timeout=5)
+            if answer.status_code == 200:
+                return url
+        if time.monotonic() > deadline:
+            raise RuntimeError("the sandbox did not start in time")
+        time.sleep(0.5)
 
 
 # --- the sync in a child process ------------------------------------------------------------------------
