@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -33,9 +32,7 @@ def _answers(url: str) -> bool:
 def test_case_a_benchmark_stopped_by_a_signal_stops_its_sandbox(signum: int) -> None:
     """SIGTERM used to end the benchmark's Python at once, without its ``finally``: the sandbox it
     had started went on serving, an orphan. Now the signal unwinds, and the sandbox is stopped."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, env={**os.environ}
-    )
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         url = holder.stdout.readline().strip()
