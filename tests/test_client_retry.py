@@ -12,7 +12,6 @@ import asyncio
 import base64
 import itertools
 import logging
-import socket
 import traceback
 from collections.abc import Awaitable, Callable, Container
 from email.utils import formatdate
@@ -27,6 +26,7 @@ from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.limits import AdaptiveConcurrency, RateAnnouncement, RateLimiter, parse_rate_headers
 from membersync.extract.profile import Profile
 from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
+from membersync.flows.schedule import free_port
 
 WALL = 1_700_000_000.0
 USER, PASSWORD = "svc-user", "s3cret-PW/+x"
@@ -1278,12 +1278,6 @@ class RawServer:
             pass
         finally:
             writer.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 TRANSPORTS = ["aiohttp", "httpx"]

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from membersync.extract.sandbox import data
 from membersync.extract.sandbox.server import FAULT_KINDS, RunningSandbox, SandboxConfig, start_in_thread
 from membersync.extract.sandbox.state import Service
 from membersync.extract.settings import SettingsError
+from membersync.flows.schedule import free_port
 
 ANCHOR = dt.date(2025, 6, 1)
 AUTH = ("sandbox", "sandbox")
@@ -1253,12 +1253,6 @@ def test_money_and_datetimes_on_the_wire(sandbox: RunningSandbox) -> None:
 
 
 # --- the command line ---------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")

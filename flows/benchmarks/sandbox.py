@@ -14,7 +14,6 @@ import base64
 import contextlib
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,15 +21,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from membersync.flows.schedule import stop_process
+from membersync.flows.schedule import free_port, stop_process
 
 USERNAME = PASSWORD = "sandbox"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cpus() -> list[int]:
@@ -153,7 +146,7 @@ def run_sandbox_bench(
     cpus = _cpus()
     server_cpu = cpus[0] if cpus else None
     load_cpu = cpus[1] if len(cpus) > 1 else None
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable, "-c", "from membersync.flows.cli import main; main()",

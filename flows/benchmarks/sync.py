@@ -28,7 +28,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from membersync.flows.schedule import stop_process
+from membersync.flows.schedule import free_port, stop_process
 from rich.console import Console
 from rich.table import Table
 
@@ -56,12 +55,6 @@ PREFECT_CLIENTS = 2_000
 
 
 # --- the sandbox in its own process -----------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -97,7 +90,7 @@ def sandbox_process(
     announce_limits: bool = False,
 ) -> Iterator[str]:
     """A ``membersync sandbox`` subprocess on loopback; yields its URL once it answers."""
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",
