@@ -13,6 +13,12 @@ checks this). The figures and their targets: README.md, "Benchmarks".
       membersync bench --rate-matrix --rates 20,50,200,500 --bursts 1,5,R --latencies 20 --seconds 15
       membersync bench --history-cost --clients 10000
 
+- :mod:`.ideal`: what any client could hold at a token bucket: a pacer told the limit, sending
+  as evenly as a dedicated thread can, against the same sandbox as the rate matrix (the cells
+  out of any client's reach on this server and host)::
+
+      python -m membersync.flows.benchmarks.ideal --rates 20,50,200,500 --bursts 1 --pace 0.96
+
 - :mod:`.sandbox`: the sandbox alone, pinned to one core (it must never be the bottleneck)::
 
       membersync bench --sandbox-only --clients 100000
