@@ -246,7 +246,7 @@ def child_main(prefect: bool) -> int:
 # --- the report ---------------------------------------------------------------------------------------------
 
 
-def _verdict(ok: bool) -> str:
+def verdict(ok: bool) -> str:
     return "[green]ok[/]" if ok else "[red]MISSED[/]"
 
 
@@ -269,13 +269,13 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
         name = f"unlimited, {count:,} clients"
         table.add_row(name, "requests", f"{got.requests:,}", "", "")
         table.add_row("", "wall time", f"{got.wall_s:,.1f} s", "", "")
-        table.add_row("", "requests/s end to end", f"{got.rps:,.0f}", ">= 1,000", _verdict(got.rps >= 1000))
+        table.add_row("", "requests/s end to end", f"{got.rps:,.0f}", ">= 1,000", verdict(got.rps >= 1000))
         table.add_row(
             "",
             "our CPU per request",
             f"{got.cpu_ms_per_request:.3f} ms",
             "<= 0.6 ms",
-            _verdict(got.cpu_ms_per_request <= 0.6),
+            verdict(got.cpu_ms_per_request <= 0.6),
         )
         table.add_row("", "peak RSS", f"{got.peak_rss_mb:,.0f} MB", "flat", "")
         err.print(
@@ -289,7 +289,7 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
             f"peak RSS x{large.clients / max(small.clients, 1):.0f} clients",
             f"x{growth:.2f}",
             "flat",
-            _verdict(growth < 1.5),
+            verdict(growth < 1.5),
         )
 
     err.print(
@@ -301,8 +301,8 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     utilization = limited.answered_ok_rps / LIMITED_RATE
     share_429 = limited.status_429 / limited.requests if limited.requests else 0.0
     table.add_row("limited 200 req/s, 20 ms", "requests", f"{limited.requests:,}", "", "")
-    table.add_row("", "server utilization", f"{utilization:.1%}", ">= 85 %", _verdict(utilization >= 0.85))
-    table.add_row("", "answered 429", f"{share_429:.2%}", "< 5 %", _verdict(share_429 < 0.05))
+    table.add_row("", "server utilization", f"{utilization:.1%}", ">= 85 %", verdict(utilization >= 0.85))
+    table.add_row("", "answered 429", f"{share_429:.2%}", "< 5 %", verdict(share_429 < 0.05))
     table.add_row("", "retries", f"{limited.retries:,}", "", "")
 
     err.print(f"[bold]Prefect overhead[/]: {PREFECT_CLIENTS:,} clients, with and without the flow ...")
@@ -505,7 +505,7 @@ def run_rate_matrix(
             f"{c.steady_429:.2%}",
             f"{c.share_429:.2%}",
             f"{c.retries:,}",
-            _verdict(c.ok),
+            verdict(c.ok),
         )
     out.print(table)
     met = sum(c.ok for c in cells)
