@@ -153,12 +153,16 @@ def _whole_answer(buffer: bytearray) -> int | None:
 
 def build_requests(url: str, count: int, auth: tuple[str, str] = (USERNAME, PASSWORD)) -> list[bytes]:
     """``count`` prebuilt GETs, the night's per-client reads in turn over the sandbox's clients."""
-    search = httpx.get(
-        f"{url}{catalogue.SEARCH.path}",
-        params={"modifiedSince": "2000-01-01T00:00:00", "pageSize": 500},
-        auth=auth,
-        timeout=30,
-    )
+    for _ in range(5):  # (the bucket may be empty: a small one, just after the ready probe)
+        search = httpx.get(
+            f"{url}{catalogue.SEARCH.path}",
+            params={"modifiedSince": "2000-01-01T00:00:00", "pageSize": 500},
+            auth=auth,
+            timeout=30,
+        )
+        if search.status_code != 429:
+            break
+        time.sleep(float(search.headers.get("Retry-After", "1")))
     search.raise_for_status()
     numbers = [item["clientNumber"] for item in search.json()["clients"]]
     host = urlsplit(url).netloc
