@@ -121,9 +121,6 @@ class RateLimiter:
         self._streak_start = 0.0  # when the 429s of the current streak began
         self.latency = 0.0  # seconds, a moving average of the successes' latency
         self._last_grow: float | None = None
-        # The last growth was fast (a ramp far under the estimate, or a slow start): what the server
-        # accepted over the last second is then the ramp's average, not its limit.
-        self._ramping = False
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
         # what the server accepted per second of sending (the estimate of its limit).
@@ -255,7 +252,6 @@ class RateLimiter:
             growth = min(constants.RATE_PROBE_FAR, near * 2.0**quiet)
         else:
             growth = constants.RATE_PROBE_FAR
-        self._ramping = growth >= constants.RATE_PROBE_FAR
         self.rate = self._capped(rate * (1.0 + growth * (now - last)))
 
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
@@ -388,13 +384,6 @@ class RateLimiter:
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
-                if self._ramping and sum(1 for t in self._refused if t > previous) == 1:
-                    # A ramp's first refusal: the server accepted what the ramp sent, under its limit
-                    # most of the last second (18.86 req/s read for a one-token bucket of 20 refused
-                    # at 20.19, traced: the pace then sat at 92 % for 20 s). The refused pace bounds
-                    # the limit from above, closely at a small bucket; a larger one lets a ramp run
-                    # past it, and the streak that follows measures that.
-                    level = max(level, rate * (1 - constants.RATE_MARGIN))
             self.ceiling = self._settled = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
