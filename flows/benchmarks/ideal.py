@@ -239,10 +239,7 @@ def ideal_cell(
         time.sleep(1.5)  # the bucket is full again, whatever its size
         paced = pace_at(url, requests, pace * rate, pool_for(pace * rate, latency_ms / 1000), spin)
         after = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
-    for key in ("passed_per_second", "refused_per_second"):
-        for second, count in before[key].items():
-            after[key][second] -= count  # the ready probe and the search are not the pacer's
-    share, _night_429, steady_429, _span = server_share(after, rate, skip_s=SKIP_S)
+    share, _night_429, steady_429, _span = server_share(after, rate, skip_s=SKIP_S, before=before)
     late_ms = sorted(x * 1000 for x in paced.late)
     return IdealCell(
         rate,

@@ -360,17 +360,25 @@ class RateCell:
         return self.share_of_limit >= 0.95 and self.steady_429 < 0.01
 
 
-def server_share(stats: dict[str, Any], rate: float, skip_s: int = 5) -> tuple[float, float, float, float]:
+def server_share(
+    stats: dict[str, Any], rate: float, skip_s: int = 5, before: dict[str, Any] | None = None
+) -> tuple[float, float, float, float]:
     """(share of the limit, share answered 429 over the night and over the measured span, seconds
-    measured) from the sandbox's own counters.
+    measured) from the sandbox's own counters, less those taken ``before`` the night.
 
     The pace is what the server let through per second, from ``skip_s`` s after the first
     request to the last whole second (the night's tail, when few clients remain, is not pace).
     """
-    # (Seconds whose counts the caller subtracted to 0 are not the night's: a probe's before it,
-    # or, with --next-night, the night before.)
-    passed = {int(k): v for k, v in stats["passed_per_second"].items() if v}
-    refused = {int(k): v for k, v in stats["refused_per_second"].items() if v}
+    # (What was counted before is not the night's: a ready probe, a search, or with --next-night
+    # the night before. Seconds it leaves at 0 are left out.)
+    counted_before = before or {}
+
+    def since(key: str) -> dict[int, int]:
+        earlier = counted_before.get(key, {})
+        counts = {int(k): v - earlier.get(k, 0) for k, v in stats[key].items()}
+        return {k: v for k, v in counts.items() if v}
+
+    passed, refused = since("passed_per_second"), since("refused_per_second")
     seconds = sorted(set(passed) | set(refused))
     if not seconds:
         return 0.0, 0.0, 0.0, 0.0
@@ -419,10 +427,7 @@ def rate_cell(
         before = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
         night = run_child(url, prefect=False, timeout=3600, extra_env=env, data_dir=data_dir)
         after = httpx.get(f"{url}/_sandbox/stats", timeout=5).json()
-    for key in ("passed_per_second", "refused_per_second"):
-        for second, count in before[key].items():
-            after[key][second] -= count  # the ready probe (and a first night) are not the night
-    share, share_429, steady_429, span = server_share(after, rate)
+    share, share_429, steady_429, span = server_share(after, rate, before=before)
     return RateCell(
         rate,
         burst,
