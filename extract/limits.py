@@ -17,6 +17,9 @@ so we find it, and stay just under it:
   doubling every round trip), then by one per "window" of successes (AIMD again). Once we
   pace, it never holds back the pace: it keeps at least what the rate needs at the latency
   seen (Little's law, ``rate x latency``, with headroom); the rate is the politeness.
+  Its waiters are served by rank, then in arrival order: requests made inside
+  :meth:`StartOrder.started` (a night's batch) go ahead of those of a batch started later, so
+  a batch's last requests are not queued behind the next batch's first thousands.
 
 Both are cheap per request: a few float operations, and a sleep only when we must wait.
 Everything takes an injectable ``clock`` and ``sleep`` so that tests never wait.
@@ -25,9 +28,13 @@ Everything takes an injectable ``clock`` and ``sleep`` so that tests never wait.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from membersync.extract import constants
@@ -649,10 +656,39 @@ def _policy_window(policy: str | None) -> float | None:
     return None
 
 
+# The rank of the work a request belongs to (0: outside any ranked work); tasks inherit it.
+_RANK: ContextVar[int] = ContextVar("membersync_request_rank", default=0)
+
+
+class StartOrder:
+    """Ranks units of work (a night's batches) by the order they start.
+
+    A batch sends its clients' reads, then a second round (the affiliated package clients) once
+    they are answered. With batches in flight together, served in arrival order, that second
+    round queued behind the other batches' thousands of reads: the batches ended
+    together and the pipeline drained at every boundary (at 500 req/s, ~0.5-1 s of pace lost
+    each time). Ranked, an earlier batch's requests take the next free slot, so batches end in
+    turn and the next one starts while the others keep the pace busy.
+    """
+
+    def __init__(self) -> None:
+        self._ranks = itertools.count(1)
+
+    @contextmanager
+    def started(self) -> Iterator[None]:
+        """Requests made in this block, and in the tasks it starts, take this start's rank."""
+        token = _RANK.set(next(self._ranks))
+        try:
+            yield
+        finally:
+            _RANK.reset(token)
+
+
 class AdaptiveConcurrency:
     """A semaphore whose size adapts: x ``CONCURRENCY_DECREASE`` on 429; while saturated, +1 per
     success until the first 429 (slow start), then +1 per window of successes; never below what
-    the client's pace needs at the latency seen (:meth:`keep_up`)."""
+    the client's pace needs at the latency seen (:meth:`keep_up`). Waiters are served by rank
+    (:class:`StartOrder`), then in arrival order."""
 
     def __init__(
         self,
@@ -670,28 +706,36 @@ class AdaptiveConcurrency:
         start = maximum if not adaptive else (initial or constants.INITIAL_CONCURRENCY)
         self.limit = float(max(self.minimum, min(start, maximum)))
         self.in_flight = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        # A heap of (rank, arrival, future). A cancelled waiter's entry stays until it surfaces
+        # (removing it is O(n), and a failing night cancels thousands at once); ``waiting``
+        # counts the live ones.
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+        self.waiting = 0
         self._last_decrease = float("-inf")
         self._slow_start = adaptive  # until the first 429: +1 per success, not per window
 
     async def acquire(self) -> None:
-        if self.in_flight < int(self.limit) and not self._waiters:
+        if self.in_flight < int(self.limit) and not self.waiting:
             self.in_flight += 1
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        heapq.heappush(self._waiters, (_RANK.get(), next(self._arrivals), fut))
+        self.waiting += 1
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.release()  # granted just as we were cancelled: hand the slot on
             else:
-                self._waiters.remove(fut)
+                self.waiting -= 1
+                if not self.waiting:
+                    self._waiters.clear()  # only cancelled entries are left
             raise
 
     def release(self, success: bool = False) -> None:
         # grow only while the limit is the bottleneck (requests waiting, or every slot taken)
-        saturated = self._waiters or self.in_flight >= int(self.limit)
+        saturated = self.waiting or self.in_flight >= int(self.limit)
         if success and saturated and self.adaptive and self.limit < self.maximum:
             step = 1.0 if self._slow_start else 1.0 / self.limit
             self.limit = min(float(self.maximum), self.limit + step)
@@ -721,8 +765,9 @@ class AdaptiveConcurrency:
     def _wake(self) -> None:
         waiters = self._waiters
         while waiters and self.in_flight < int(self.limit):
-            fut = waiters.popleft()
-            if fut.done():
+            fut = heapq.heappop(waiters)[2]
+            if fut.done():  # cancelled while waiting (counted then)
                 continue
+            self.waiting -= 1
             self.in_flight += 1
             fut.set_result(None)

@@ -374,14 +374,13 @@ async def fetch_batch_raw(
 ) -> RawBatch:
     """Fetch one batch; raise :class:`BatchFailed` if any client could not be fetched.
 
-    Round one sends every client's nine reads at once (the client's concurrency limit and rate
-    limiter decide how many are really in flight); round two asks for the affiliated package
-    clients of the memberships of package owners (see :func:`clients_to_ask_about_shares`).
+    Round one sends each client's nine reads at once, ``CLIENTS_AT_ONCE`` clients at a time (the
+    client's concurrency limit and rate limiter decide how many are really in flight); round two
+    asks for the affiliated package clients of the memberships of package owners (see
+    :func:`clients_to_ask_about_shares`).
     """
     failures: list[Failure] = []
-    results = await asyncio.gather(
-        *(_fetch_client(client, c["clientNumber"], window, failures, on_client_done) for c in batch.clients)
-    )
+    results = await _fetch_clients(client, batch.clients, window, failures, on_client_done)
     answers = {c["clientNumber"]: r for c, r in zip(batch.clients, results, strict=True) if r is not None}
 
     packages = {n: a.get("clientpackages") or [] for n, a in answers.items()}
@@ -426,6 +425,32 @@ async def fetch_batch(
 ) -> Typed:
     """:func:`fetch_batch_raw` then :func:`type_batch`."""
     return type_batch(await fetch_batch_raw(client, batch, window, affiliated, on_client_done), tz)
+
+
+# Clients of a batch fetched at a time, their nine reads each sent together: enough to keep the
+# client's concurrency (at most MAX_CONCURRENCY in flight) and its pace busy from one batch, few
+# enough that a batch's start does not hold the event loop. Setting up all of a batch's 2,250
+# requests at once held it 100-200 ms at each start, pace lost at 500 req/s (traced).
+CLIENTS_AT_ONCE = 32
+
+
+async def _fetch_clients(
+    client: Any,
+    clients: Sequence[Mapping[str, Any]],
+    window: Window,
+    failures: list[Failure],
+    on_done: Callable[[int], None] | None,
+) -> list[dict[str, Any] | None]:
+    """:func:`_fetch_client` for each client, ``CLIENTS_AT_ONCE`` at a time; answers in order."""
+    results: list[dict[str, Any] | None] = [None] * len(clients)
+    todo = iter(enumerate(clients))
+
+    async def worker() -> None:
+        for i, record in todo:  # one iterator: each client is taken by one worker
+            results[i] = await _fetch_client(client, record["clientNumber"], window, failures, on_done)
+
+    await asyncio.gather(*(worker() for _ in range(min(CLIENTS_AT_ONCE, len(clients)))))
+    return results
 
 
 async def _fetch_client(

@@ -23,7 +23,13 @@ import orjson
 import pytest
 from membersync.extract import catalogue, constants, errors, redact
 from membersync.extract.client import ClientOptions, ServiceClient
-from membersync.extract.limits import AdaptiveConcurrency, RateAnnouncement, RateLimiter, parse_rate_headers
+from membersync.extract.limits import (
+    AdaptiveConcurrency,
+    RateAnnouncement,
+    RateLimiter,
+    StartOrder,
+    parse_rate_headers,
+)
 from membersync.extract.profile import Profile
 from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
 from membersync.flows.schedule import free_port
@@ -1228,6 +1234,53 @@ def test_adaptive_concurrency_shrinks_on_429_and_grows_while_saturated() -> None
         await asyncio.sleep(0)
         assert waiter.done() and sem.in_flight == 1
         assert 6 < sem.limit < 8
+
+    run(go())
+
+
+def test_case_waiters_of_an_earlier_start_go_first_then_in_arrival_order() -> None:
+    """A batch's last requests are not queued behind the next batch's first thousands (the
+    batches in flight then ended together, and the pace drained at every boundary): a free slot
+    goes to the earliest-started work's first waiter; cancelled waiters are skipped, and with
+    the last live waiter gone the semaphore takes the fast path again."""
+
+    async def go() -> None:
+        sem = AdaptiveConcurrency(1, adaptive=False)
+        order = StartOrder()
+        await sem.acquire()  # the one slot is taken: everyone below waits
+        served: list[str] = []
+
+        async def request(label: str) -> None:
+            await sem.acquire()
+            served.append(label)
+            sem.release()
+
+        async def work(labels: list[str], yields: int = 0) -> None:
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            await asyncio.gather(*(request(label) for label in labels))
+
+        with order.started():  # the first batch to start (rank 1) asks last ...
+            first = asyncio.create_task(work(["a1", "a2"], yields=3))
+        with order.started():  # ... after the second (rank 2)
+            second = asyncio.create_task(work(["b1", "b2", "b3"]))
+        unranked = asyncio.create_task(work(["u"], yields=5))  # outside any start: rank 0
+        with order.started():
+            late = asyncio.create_task(work(["c1"]))  # rank 3
+        for _ in range(8):
+            await asyncio.sleep(0)
+        assert sem.waiting == 7 and served == []
+        gone = asyncio.create_task(request("gone"))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        assert sem.waiting == 7  # the cancelled one no longer counts
+        sem.release()
+        await asyncio.gather(first, second, unranked, late)
+        assert served == ["u", "a1", "a2", "b1", "b2", "b3", "c1"]
+        assert sem.waiting == 0 and sem.in_flight == 0
+        await asyncio.wait_for(sem.acquire(), 1.0)  # the fast path: no dead entry blocks it
+        assert sem.in_flight == 1
 
     run(go())
 

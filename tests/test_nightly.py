@@ -166,6 +166,76 @@ def test_a_client_that_cannot_be_fetched_fails_the_batch_naming_it(fresh_sandbox
     assert f"client {known}" not in text
 
 
+def test_case_a_batch_sets_up_its_clients_a_few_at_a_time_and_the_earlier_batch_ends_first(
+    sandbox: Any,
+) -> None:
+    """A batch's start set up all its clients' reads at once (2,250 requests), holding the event
+    loop 100-200 ms at 500 req/s; and two batches in flight ended together (the first one's
+    second round queued behind the second's reads), draining the pipeline. Now: at most
+    CLIENTS_AT_ONCE clients of a batch have reads under way, every client's answer is its own,
+    and of two batches in flight (one real client, against the real sandbox) the one started
+    first ends while the other still has most of its clients to fetch."""
+    import asyncio
+    from collections import Counter
+
+    from membersync.extract.client import ClientOptions, ServiceClient
+    from membersync.extract.limits import StartOrder
+
+    numbers = sandbox.call(lambda s: sorted(s.clients))
+    assert len(numbers) >= 200
+    first = B.Batch("00000", tuple({"clientNumber": n} for n in numbers[:100]))
+    second = B.Batch("00001", tuple({"clientNumber": n} for n in numbers[100:200]))
+    window = B.Window.for_night(TODAY, None, full=True, lookback_days=7, points_start=dt.date(2000, 1, 1))
+    open_reads: Counter[str] = Counter()  # client -> its reads under way
+    most_open = 0
+    done_when_first_ended: list[int] = []
+    clients_done = {"00000": 0, "00001": 0}
+
+    async def fetch() -> tuple[B.RawBatch, B.RawBatch]:
+        options = ClientOptions(max_concurrency=8, adaptive=False)
+        async with ServiceClient.from_settings(settings_for(sandbox), options) as client:
+            real_get = client.get
+
+            async def get(endpoint: str, **params: Any) -> Any:
+                nonlocal most_open
+                number = params.get("clientNumber")
+                if number is not None:
+                    open_reads[number] += 1
+                    most_open = max(most_open, len(open_reads))
+                try:
+                    return await real_get(endpoint, **params)
+                finally:
+                    if number is not None:
+                        open_reads[number] -= 1
+                        if not open_reads[number]:
+                            del open_reads[number]
+
+            client.get = get  # type: ignore[method-assign]
+            order = StartOrder()
+
+            async def one(batch: B.Batch) -> B.RawBatch:
+                def advance(n: int) -> None:
+                    clients_done[batch.id] += n
+
+                with order.started():
+                    raw = await B.fetch_batch_raw(client, batch, window, frozenset(), advance)
+                if batch is first:
+                    done_when_first_ended.append(clients_done["00001"])
+                return raw
+
+            got = await asyncio.gather(one(first), one(second))
+            return got[0], got[1]
+
+    raw_first, raw_second = asyncio.run(fetch())
+    # each batch CLIENTS_AT_ONCE at a time, not all of its 100 at once
+    assert 1 < most_open <= 2 * B.CLIENTS_AT_ONCE < len(first.clients) + len(second.clients)
+    for raw, batch in ((raw_first, first), (raw_second, second)):
+        assert list(raw.answers) == [c["clientNumber"] for c in batch.clients]
+        for number, answer in raw.answers.items():  # each answer is its own client's
+            assert answer["clientdetails"]["clientNumber"] == number
+    assert done_when_first_ended and done_when_first_ended[0] < len(second.clients) // 2
+
+
 # --- an incremental night -------------------------------------------------------------------------
 
 
