@@ -18,7 +18,7 @@ so we find it, and stay just under it:
   pace, it never holds back the pace: it keeps at least what the rate needs at the latency
   seen (Little's law, ``rate x latency``, with headroom); the rate is the politeness.
   Its waiters are served by rank, then in arrival order: requests made inside
-  :meth:`StartOrder.started` (a night's batch) go ahead of those of a batch started later, so
+  :func:`work_started` (a night's batch) go ahead of those of a batch started later, so
   a batch's last requests are not queued behind the next batch's first thousands.
 
 Both are cheap per request: a few float operations, and a sleep only when we must wait.
@@ -658,37 +658,32 @@ def _policy_window(policy: str | None) -> float | None:
 
 # The rank of the work a request belongs to (0: outside any ranked work); tasks inherit it.
 _RANK: ContextVar[int] = ContextVar("membersync_request_rank", default=0)
+_STARTS = itertools.count(1)  # ranks only order waiters of one semaphore: one counter serves all
 
 
-class StartOrder:
-    """Ranks units of work (a night's batches) by the order they start.
+@contextmanager
+def work_started() -> Iterator[None]:
+    """Requests made in this block, and in the tasks it starts, rank by when the block began.
 
     A batch sends its clients' reads, then a second round (the affiliated package clients) once
     they are answered. With batches in flight together, served in arrival order, that second
-    round queued behind the other batches' thousands of reads: the batches ended
-    together and the pipeline drained at every boundary (at 500 req/s, ~0.5-1 s of pace lost
-    each time). Ranked, an earlier batch's requests take the next free slot, so batches end in
-    turn and the next one starts while the others keep the pace busy.
+    round queued behind the other batches' thousands of reads: the batches ended together and
+    the pipeline drained at every boundary (at 500 req/s, ~0.5-1 s of pace lost each time).
+    Ranked, an earlier batch's requests take the next free slot of :class:`AdaptiveConcurrency`,
+    so batches end in turn and the next one starts while the others keep the pace busy.
     """
-
-    def __init__(self) -> None:
-        self._ranks = itertools.count(1)
-
-    @contextmanager
-    def started(self) -> Iterator[None]:
-        """Requests made in this block, and in the tasks it starts, take this start's rank."""
-        token = _RANK.set(next(self._ranks))
-        try:
-            yield
-        finally:
-            _RANK.reset(token)
+    token = _RANK.set(next(_STARTS))
+    try:
+        yield
+    finally:
+        _RANK.reset(token)
 
 
 class AdaptiveConcurrency:
     """A semaphore whose size adapts: x ``CONCURRENCY_DECREASE`` on 429; while saturated, +1 per
     success until the first 429 (slow start), then +1 per window of successes; never below what
     the client's pace needs at the latency seen (:meth:`keep_up`). Waiters are served by rank
-    (:class:`StartOrder`), then in arrival order."""
+    (:func:`work_started`), then in arrival order."""
 
     def __init__(
         self,

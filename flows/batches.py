@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 from membersync.extract import catalogue
 from membersync.extract.errors import ServiceError
+from membersync.extract.limits import work_started
 from membersync.models import tables as T
 from membersync.models.coerce import BatchBuilder, Landed, QuarantineRow, TimezoneLookup, quarantine_table
 
@@ -377,8 +378,20 @@ async def fetch_batch_raw(
     Round one sends each client's nine reads at once, ``CLIENTS_AT_ONCE`` clients at a time (the
     client's concurrency limit and rate limiter decide how many are really in flight); round two
     asks for the affiliated package clients of the memberships of package owners (see
-    :func:`clients_to_ask_about_shares`).
+    :func:`clients_to_ask_about_shares`). Both rounds' requests go ahead of those of batches
+    started after this one (:func:`~membersync.extract.limits.work_started`).
     """
+    with work_started():
+        return await _fetch_both_rounds(client, batch, window, affiliated, on_client_done)
+
+
+async def _fetch_both_rounds(
+    client: Any,
+    batch: Batch,
+    window: Window,
+    affiliated: frozenset[str],
+    on_client_done: Callable[[int], None] | None,
+) -> RawBatch:
     failures: list[Failure] = []
     results = await _fetch_clients(client, batch.clients, window, failures, on_client_done)
     answers = {c["clientNumber"]: r for c, r in zip(batch.clients, results, strict=True) if r is not None}

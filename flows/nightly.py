@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from membersync.extract.limits import StartOrder
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
@@ -300,7 +299,6 @@ class NightRun:
         self.storecodes: list[str] = []
         self.stores: list[dict[str, Any]] = []  # the storelist as fetched (a shard plan carries it)
         self.batches: dict[str, B.Batch] = {}
-        self._start_order = StartOrder()  # batches in flight together end in turn, not all at once
         # How the pending batches are fetched when not here, batch by batch: a large tenant's
         # night fans out to shards on a work pool (flows/shards.py, set by flows/tenant_flow.py).
         self.fan_out: Callable[[NightRun, list[str]], Awaitable[None]] | None = None
@@ -462,10 +460,7 @@ class NightRun:
         """Fetch, type and write one batch of clients; returns its client count."""
         batch = self.batches[batch_id]
         assert self.window is not None
-        with self._start_order.started():
-            raw = await B.fetch_batch_raw(
-                self.client, batch, self.window, self.affiliated, self.progress.advance
-            )
+        raw = await B.fetch_batch_raw(self.client, batch, self.window, self.affiliated, self.progress.advance)
         # Typing and Parquet writing in a thread: the loop keeps the other batch's requests going.
         await asyncio.to_thread(self._type_and_write, raw)
         return len(batch.clients)

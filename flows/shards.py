@@ -30,7 +30,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
 
-from membersync.extract.limits import StartOrder
 from membersync.extract.settings import ServiceSettings
 from membersync.flows import batches as B
 from membersync.models.coerce import TimezoneLookup
@@ -190,7 +189,6 @@ async def land_shard(
     window = window_of(plan)
     affiliated = frozenset(plan.affiliated)
     slots = asyncio.Semaphore(batches_in_flight)
-    start_order = StartOrder()
     launch = uuid.uuid4().hex[:12]
     beat = 0
 
@@ -210,8 +208,7 @@ async def land_shard(
         async def one(batch_id: str) -> None:
             batch = B.Batch(batch_id, tuple(plan.batches[batch_id]))
             async with slots:  # as NightRun's batches: a slot is held until the batch is written
-                with start_order.started():
-                    raw = await B.fetch_batch_raw(client, batch, window, affiliated)
+                raw = await B.fetch_batch_raw(client, batch, window, affiliated)
                 typed = await asyncio.to_thread(B.type_batch, raw, tz)
                 clients = B.client_numbers(batch)
                 await asyncio.to_thread(

@@ -27,8 +27,8 @@ from membersync.extract.limits import (
     AdaptiveConcurrency,
     RateAnnouncement,
     RateLimiter,
-    StartOrder,
     parse_rate_headers,
+    work_started,
 )
 from membersync.extract.profile import Profile
 from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
@@ -1246,7 +1246,6 @@ def test_case_waiters_of_an_earlier_start_go_first_then_in_arrival_order() -> No
 
     async def go() -> None:
         sem = AdaptiveConcurrency(1, adaptive=False)
-        order = StartOrder()
         await sem.acquire()  # the one slot is taken: everyone below waits
         served: list[str] = []
 
@@ -1260,13 +1259,13 @@ def test_case_waiters_of_an_earlier_start_go_first_then_in_arrival_order() -> No
                 await asyncio.sleep(0)
             await asyncio.gather(*(request(label) for label in labels))
 
-        with order.started():  # the first batch to start (rank 1) asks last ...
+        with work_started():  # the first batch to start asks last ...
             first = asyncio.create_task(work(["a1", "a2"], yields=3))
-        with order.started():  # ... after the second (rank 2)
+        with work_started():  # ... after the second
             second = asyncio.create_task(work(["b1", "b2", "b3"]))
-        unranked = asyncio.create_task(work(["u"], yields=5))  # outside any start: rank 0
-        with order.started():
-            late = asyncio.create_task(work(["c1"]))  # rank 3
+        unranked = asyncio.create_task(work(["u"], yields=5))  # outside any start: ahead of all
+        with work_started():
+            late = asyncio.create_task(work(["c1"]))  # started last
         for _ in range(8):
             await asyncio.sleep(0)
         assert sem.waiting == 7 and served == []

@@ -179,7 +179,6 @@ def test_case_a_batch_sets_up_its_clients_a_few_at_a_time_and_the_earlier_batch_
     from collections import Counter
 
     from membersync.extract.client import ClientOptions, ServiceClient
-    from membersync.extract.limits import StartOrder
 
     numbers = sandbox.call(lambda s: sorted(s.clients))
     assert len(numbers) >= 200
@@ -211,14 +210,12 @@ def test_case_a_batch_sets_up_its_clients_a_few_at_a_time_and_the_earlier_batch_
                             del open_reads[number]
 
             client.get = get  # type: ignore[method-assign]
-            order = StartOrder()
 
             async def one(batch: B.Batch) -> B.RawBatch:
                 def advance(n: int) -> None:
                     clients_done[batch.id] += n
 
-                with order.started():
-                    raw = await B.fetch_batch_raw(client, batch, window, frozenset(), advance)
+                raw = await B.fetch_batch_raw(client, batch, window, frozenset(), advance)
                 if batch is first:
                     done_when_first_ended.append(clients_done["00001"])
                 return raw
