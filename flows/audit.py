@@ -219,7 +219,7 @@ async def fetch_live(
     for start in range(0, len(numbers), max(1, batch_size)):
         chunk = numbers[start : start + batch_size]
         # type_batch lands a synced_clients row per client from these discovery fields.
-        records_in = tuple({"clientNumber": n, "homeStore": None, "lastModified": None} for n in chunk)
+        records_in = tuple(B.ClientRef(n, None, None) for n in chunk)
         raw = await B.fetch_batch_raw(client, B.Batch(f"audit-{start}", records_in), window, frozenset())
         typed = B.type_batch(raw, tz)
         for name in AUDITED_TABLES:

@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from membersync.extract import catalogue
@@ -196,16 +196,43 @@ def _table_of(endpoint: str) -> T.Table:
 # --- discovery --------------------------------------------------------------------------------------
 
 
+class ClientRef(NamedTuple):
+    """What a night keeps of one client's ``clients/search`` summary (wire values).
+
+    A tuple, not the summary's dict: a night holds every discovered client until it ends, and
+    at 100,000 clients a dict each cost ~15 MB more resident memory for the whole night.
+    """
+
+    number: str
+    home_store: Any
+    last_modified: Any
+
+    @classmethod
+    def of(cls, item: Mapping[str, Any], stores: dict[Any, Any] | None = None) -> ClientRef:
+        """The ref of a summary (or a saved record); ``stores`` shares one string per store code."""
+        home = item.get("homeStore")
+        if stores is not None and isinstance(home, str):
+            home = stores.setdefault(home, home)
+        return cls(item.get("clientNumber"), home, item.get("lastModified"))  # type: ignore[arg-type]
+
+    def wire(self) -> dict[str, Any]:
+        """The record as the service named it: what lands in synced_clients and is saved."""
+        return {"clientNumber": self.number, "homeStore": self.home_store, "lastModified": self.last_modified}
+
+
+DISCOVERY_FIELDS = frozenset(ClientRef("", None, None).wire())  # what a night keeps of a summary
+
+
 @dataclass(frozen=True)
 class Discovery:
     """The clients a night syncs (sorted, unique) and the watermark for the next night."""
 
-    clients: list[dict[str, Any]]  # {"clientNumber", "homeStore", "lastModified"} (wire values)
+    clients: list[ClientRef]
     watermark: str | None
 
     @property
     def client_numbers(self) -> list[str]:
-        return [c["clientNumber"] for c in self.clients]
+        return [c.number for c in self.clients]
 
 
 def parse_utc(value: object) -> dt.datetime | None:
@@ -236,40 +263,27 @@ def modified_since(watermark: str | None, overlap: dt.timedelta) -> str | None:
     return None if moment is None else format_utc(moment - overlap)
 
 
-DISCOVERY_FIELDS = frozenset({"clientNumber", "homeStore", "lastModified"})  # what a night keeps
-
-
-def _compact(item: Mapping[str, Any], stores: dict[Any, Any]) -> dict[str, Any]:
-    home = item.get("homeStore")
-    if isinstance(home, str):
-        home = stores.setdefault(home, home)
-    return {
-        "clientNumber": item.get("clientNumber"),
-        "homeStore": home,
-        "lastModified": item.get("lastModified"),
-    }
-
-
-def summarize_discovery(found: Iterable[Mapping[str, Any]], previous_watermark: str | None) -> Discovery:
+def summarize_discovery(
+    found: Iterable[ClientRef | Mapping[str, Any]], previous_watermark: str | None
+) -> Discovery:
     """Deduplicate by clientNumber, sort, and take the newest server ``lastModified``.
 
     A client whose summary lacks a usable clientNumber cannot be fetched: it is skipped with a
     warning (it lands nowhere, so the count says so). The watermark stays the previous one when
     nothing changed (or nothing carries a readable lastModified).
     """
-    by_number: dict[str, Any] = {}
+    by_number: dict[str, ClientRef] = {}
     newest: tuple[dt.datetime, str] | None = None
     skipped = 0
+    stores: dict[Any, Any] = {}
     for item in found:
-        number = item.get("clientNumber")
-        if not isinstance(number, str) or not number:
+        # discover() hands over refs already; a saved or raw summary becomes one here
+        ref = item if isinstance(item, ClientRef) else ClientRef.of(item, stores)
+        if not isinstance(ref.number, str) or not ref.number:
             skipped += 1
             continue
-        last_modified = item.get("lastModified")
-        # discover() hands over compact records already; a saved or raw summary is compacted here
-        compact = isinstance(item, dict) and item.keys() == DISCOVERY_FIELDS
-        by_number[number] = item if compact else _compact(item, {})
-        moment = parse_utc(last_modified)
+        by_number[ref.number] = ref
+        moment = parse_utc(ref.last_modified)
         if moment is not None and (newest is None or moment > newest[0]):
             newest = (moment, format_utc(moment))
     if skipped:
@@ -290,14 +304,14 @@ async def discover(
 
     stores: dict[Any, Any] = {}  # one string object per store code, shared by its clients
 
-    async def one_store(storecode: str) -> list[dict[str, Any]]:
+    async def one_store(storecode: str) -> list[ClientRef]:
         criteria: dict[str, Any] = {"storecode": storecode}
         if since is not None:
             criteria["modifiedSince"] = since
-        items: list[dict[str, Any]] = []
+        items: list[ClientRef] = []
         async for page in client.search(**criteria):
             # Keep only what the night needs, page by page: memory stays small at 100,000 clients.
-            items.extend(_compact(item, stores) for item in page.items if isinstance(item, dict))
+            items.extend(ClientRef.of(item, stores) for item in page.items if isinstance(item, dict))
         return items
 
     per_store = await asyncio.gather(*(one_store(s) for s in storecodes))
@@ -310,10 +324,10 @@ async def discover(
 @dataclass(frozen=True)
 class Batch:
     id: str
-    clients: tuple[dict[str, Any], ...]  # discovery records, sorted by clientNumber
+    clients: tuple[ClientRef, ...]  # sorted by number
 
 
-def plan_batches(clients: Sequence[dict[str, Any]], size: int) -> list[Batch]:
+def plan_batches(clients: Sequence[ClientRef], size: int) -> list[Batch]:
     """Sorted clients in chunks of ``size``; ids are stable over the saved discovery list."""
     if size < 1:
         raise ValueError("batch size must be at least 1")
@@ -324,7 +338,7 @@ def plan_batches(clients: Sequence[dict[str, Any]], size: int) -> list[Batch]:
 
 
 def client_numbers(batch: Batch) -> list[str]:
-    return [c["clientNumber"] for c in batch.clients]
+    return [c.number for c in batch.clients]
 
 
 @dataclass
@@ -394,7 +408,7 @@ async def _fetch_both_rounds(
 ) -> RawBatch:
     failures: list[Failure] = []
     results = await _fetch_clients(client, batch.clients, window, failures, on_client_done)
-    answers = {c["clientNumber"]: r for c, r in zip(batch.clients, results, strict=True) if r is not None}
+    answers = {c.number: r for c, r in zip(batch.clients, results, strict=True) if r is not None}
 
     packages = {n: a.get("clientpackages") or [] for n, a in answers.items()}
     owners = clients_to_ask_about_shares(packages, affiliated)
@@ -417,7 +431,7 @@ async def _fetch_both_rounds(
 def type_batch(raw: RawBatch, tz: TimezoneLookup) -> Typed:
     """Type a fetched batch into its tables (every table of :data:`BATCH_TABLES`, maybe empty)."""
     builder = BatchBuilder(tz)
-    builder.add("synced_clients", raw.batch.clients, {})
+    builder.add("synced_clients", [c.wire() for c in raw.batch.clients], {})
     for number, got in raw.answers.items():
         context = {"clientNumber": number}
         for endpoint, table in SIMPLE_READS.items():
@@ -449,7 +463,7 @@ CLIENTS_AT_ONCE = 32
 
 async def _fetch_clients(
     client: Any,
-    clients: Sequence[Mapping[str, Any]],
+    clients: Sequence[ClientRef],
     window: Window,
     failures: list[Failure],
     on_done: Callable[[int], None] | None,
@@ -460,7 +474,7 @@ async def _fetch_clients(
 
     async def worker() -> None:
         for i, record in todo:  # one iterator: each client is taken by one worker
-            results[i] = await _fetch_client(client, record["clientNumber"], window, failures, on_done)
+            results[i] = await _fetch_client(client, record.number, window, failures, on_done)
 
     await asyncio.gather(*(worker() for _ in range(min(CLIENTS_AT_ONCE, len(clients)))))
     return results

@@ -417,7 +417,8 @@ class NightRun:
                 queue = await asyncio.to_thread(A.read_queue, self.data_dir)
                 discovery = with_queued(discovery, A.queued_discovery(queue))
             batch_size = self.options.batch_size
-            await asyncio.to_thread(self.night.save_discovery, discovery.clients, batch_size)
+            records = (c.wire() for c in discovery.clients)
+            await asyncio.to_thread(self.night.save_discovery, records, batch_size)
         self._discovery = discovery
         self.summary.clients = len(discovery.clients)
         self.summary.watermark = discovery.watermark
@@ -533,12 +534,12 @@ class NightRun:
 
     def _plan_heal(self, result: A.AuditResult) -> list[str]:
         """Extra batches for the clients that differed; the commit then expects them too."""
-        records = [result.records[n] for n in sorted(result.differed)]
+        records = [B.ClientRef.of(result.records[n]) for n in sorted(result.differed)]
         planned = [
             B.Batch(f"heal-{b.id}", b.clients) for b in B.plan_batches(records, self.options.batch_size)
         ]
         self.batches.update({b.id: b for b in planned})
-        self.healed = [r["clientNumber"] for r in records]
+        self.healed = [r.number for r in records]
         self.summary.clients += len(records)
         self.summary.batches += len(planned)
         return [b.id for b in planned]
@@ -774,8 +775,8 @@ def with_queued(discovery: B.Discovery, queued: list[dict[str, Any]]) -> B.Disco
     """
     if not queued:
         return discovery
-    by_number = {c["clientNumber"]: c for c in queued}
-    by_number.update({c["clientNumber"]: c for c in discovery.clients})
+    by_number = {c.number: c for c in map(B.ClientRef.of, queued)}
+    by_number.update({c.number: c for c in discovery.clients})
     return B.Discovery([by_number[n] for n in sorted(by_number)], discovery.watermark)
 
 

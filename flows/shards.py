@@ -65,7 +65,7 @@ def plan_for(run: Any, pending: list[str], shards: int) -> ShardPlan:
         window={k: (v.isoformat() if v is not None else None) for k, v in asdict(run.window).items()},
         stores=list(run.stores),
         affiliated=sorted(run.affiliated),
-        batches={b: list(run.batches[b].clients) for b in pending},
+        batches={b: [c.wire() for c in run.batches[b].clients] for b in pending},
         shard_of=assign(pending, shards),
     )
 
@@ -206,7 +206,7 @@ async def land_shard(
                 await asyncio.sleep(SHARD_BEAT)
 
         async def one(batch_id: str) -> None:
-            batch = B.Batch(batch_id, tuple(plan.batches[batch_id]))
+            batch = B.Batch(batch_id, tuple(map(B.ClientRef.of, plan.batches[batch_id])))
             async with slots:  # as NightRun's batches: a slot is held until the batch is written
                 raw = await B.fetch_batch_raw(client, batch, window, affiliated)
                 typed = await asyncio.to_thread(B.type_batch, raw, tz)

@@ -153,7 +153,7 @@ def test_comparison_ignores_the_ledgers_as_of_stamp_and_row_order_but_not_a_cent
 
 def test_queued_clients_join_the_discovery_without_moving_the_watermark() -> None:
     found = B.Discovery(
-        [{"clientNumber": "0005", "homeStore": "S", "lastModified": "2026-01-02T00:00:00Z"}],
+        [B.ClientRef("0005", "S", "2026-01-02T00:00:00Z")],
         "2026-01-02T00:00:00Z",
     )
     queued = [

@@ -192,7 +192,9 @@ class Rendered:
         may name the parent's fields: "@receiptNumber")."""
         requests = self.answers(table.endpoint)
         if catalogue.BY_NAME[table.endpoint].kind == "search":
-            return [({}, B.summarize_discovery(items, None).clients) for _, items in requests]
+            return [
+                ({}, [c.wire() for c in B.summarize_discovery(items, None).clients]) for _, items in requests
+            ]
         key = PARTS.get(table.name)
         if key is None:
             return requests

@@ -37,7 +37,7 @@ def test_discovery_dedupes_sorts_and_takes_the_servers_newest_last_modified() ->
     assert got.client_numbers == ["000010", "000417", "0009"]  # string order: numbers stay opaque
     assert got.watermark == "2026-01-03T00:00:00Z"
     # only what synced_clients needs is kept (and saved with the night)
-    assert got.clients[0] == {
+    assert got.clients[0].wire() == {
         "clientNumber": "000010",
         "homeStore": "UPTOWN    ",
         "lastModified": "2026-01-03T00:00:00Z",
@@ -85,11 +85,11 @@ def test_window_whole_history_by_default_a_lookback_only_when_opted_in() -> None
 
 
 def test_batches_are_stable_chunks_of_the_sorted_list() -> None:
-    clients = [{"clientNumber": f"{i:06d}"} for i in range(7)]
+    clients = [B.ClientRef(f"{i:06d}", None, None) for i in range(7)]
     planned = B.plan_batches(clients, 3)
     assert [b.id for b in planned] == ["00000", "00001", "00002"]
     assert [len(b.clients) for b in planned] == [3, 3, 1]
-    assert planned[2].clients[0]["clientNumber"] == "000006"
+    assert planned[2].clients[0].number == "000006"
     assert B.plan_batches([], 3) == []
     with pytest.raises(ValueError):
         B.plan_batches(clients, 0)

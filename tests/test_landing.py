@@ -198,6 +198,46 @@ def test_rerun_of_a_night_replaces_it_without_duplicates(zone: LandingZone) -> N
     assert zone.state().committed == [D1, D2]
 
 
+def test_case_a_discovery_of_many_chunks_is_saved_whole_and_read_back_exactly(zone: LandingZone) -> None:
+    """Case: the saved discovery is written a chunk of records at a time (from a generator, so
+    never all as dicts at once); across chunk boundaries it reads back record for record."""
+    count = 2 * landing_mod.DISCOVERY_CHUNK + 1
+    expected = [
+        {
+            "clientNumber": f"{i:06d}",
+            "homeStore": "S" if i % 2 else None,
+            "lastModified": f"2026-01-{i % 28 + 1:02d}",
+        }
+        for i in range(count)
+    ]
+    with zone.lock():
+        run = zone.open_night(D1, "full")
+        run.save_discovery((dict(r) for r in expected), 7)
+        text = (run.folder / "discovery.json").read_text()
+        assert json.loads(text) == {"format": 2, "batch_size": 7, "clients": expected}
+        assert run.saved_discovery() == SavedPlan(expected, 7)
+        run.save_discovery(iter(()), 3)  # no client changed
+        assert run.saved_discovery() == SavedPlan([], 3)
+
+
+def test_case_a_record_that_cannot_be_written_fails_clearly_and_keeps_the_saved_discovery(
+    zone: LandingZone,
+) -> None:
+    """Case: a record JSON cannot hold (non-string keys) in the last chunk: a clear error, the
+    earlier saved discovery stays as it was, and no temporary file is left."""
+    records = [{"clientNumber": f"{i:06d}"} for i in range(landing_mod.DISCOVERY_CHUNK)]
+    with zone.lock():
+        run = zone.open_night(D1, "full")
+        run.save_discovery(records, 2)
+        bad = [*records, {"clientNumber": "999999", "homeStore": {(1, 2): "x", "a": 1}}]
+        with pytest.raises(
+            LandingWriteError, match=r"cannot save discovery of night .*cannot be written as JSON"
+        ):
+            run.save_discovery(bad, 2)
+        assert run.saved_discovery() == SavedPlan(records, 2)
+    assert temp_files(zone) == []
+
+
 def test_an_interrupted_run_resumes_with_its_batches_and_discovery(zone: LandingZone) -> None:
     with zone.lock():
         run = zone.open_night(D1, "full")

@@ -152,7 +152,7 @@ def test_a_client_that_cannot_be_fetched_fails_the_batch_naming_it(fresh_sandbox
 
     sandbox = fresh_sandbox(clients=5)
     known = sandbox.call(lambda s: sorted(s.clients))[0]
-    batch = B.Batch("00000", ({"clientNumber": known}, {"clientNumber": "99999999"}))
+    batch = B.Batch("00000", (B.ClientRef(known, None, None), B.ClientRef("99999999", None, None)))
     window = B.Window.for_night(TODAY, None, full=True, lookback_days=7, points_start=dt.date(2000, 1, 1))
 
     async def fetch() -> None:
@@ -182,8 +182,8 @@ def test_case_a_batch_sets_up_its_clients_a_few_at_a_time_and_the_earlier_batch_
 
     numbers = sandbox.call(lambda s: sorted(s.clients))
     assert len(numbers) >= 200
-    first = B.Batch("00000", tuple({"clientNumber": n} for n in numbers[:100]))
-    second = B.Batch("00001", tuple({"clientNumber": n} for n in numbers[100:200]))
+    first = B.Batch("00000", tuple(B.ClientRef(n, None, None) for n in numbers[:100]))
+    second = B.Batch("00001", tuple(B.ClientRef(n, None, None) for n in numbers[100:200]))
     window = B.Window.for_night(TODAY, None, full=True, lookback_days=7, points_start=dt.date(2000, 1, 1))
     open_reads: Counter[str] = Counter()  # client -> its reads under way
     most_open = 0
@@ -227,7 +227,7 @@ def test_case_a_batch_sets_up_its_clients_a_few_at_a_time_and_the_earlier_batch_
     # each batch CLIENTS_AT_ONCE at a time, not all of its 100 at once
     assert 1 < most_open <= 2 * B.CLIENTS_AT_ONCE < len(first.clients) + len(second.clients)
     for raw, batch in ((raw_first, first), (raw_second, second)):
-        assert list(raw.answers) == [c["clientNumber"] for c in batch.clients]
+        assert list(raw.answers) == [c.number for c in batch.clients]
         for number, answer in raw.answers.items():  # each answer is its own client's
             assert answer["clientdetails"]["clientNumber"] == number
     assert done_when_first_ended and done_when_first_ended[0] < len(second.clients) // 2

@@ -32,7 +32,7 @@ from membersync.extract import catalogue
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.errors import ServiceError
 from membersync.extract.sandbox.server import SandboxConfig, build_service, start_in_thread
-from membersync.flows.batches import SIMPLE_READS, Batch, RawBatch, type_batch
+from membersync.flows.batches import SIMPLE_READS, Batch, ClientRef, RawBatch, type_batch
 from membersync.models import tables as T
 from membersync.models.coerce import BatchBuilder, TimezoneLookup
 from reliability import Workspace, record
@@ -209,7 +209,7 @@ def test_malformed_answers_never_crash_and_bad_rows_are_quarantined(case: tuple[
         got["clientdetails"] = {"clientNumber": CLIENT_NUMBER}
         got["commprefs"] = {}
         got[name] = answer
-        raw = RawBatch(Batch("00000", ({"clientNumber": CLIENT_NUMBER},)), {CLIENT_NUMBER: got}, [])
+        raw = RawBatch(Batch("00000", (ClientRef(CLIENT_NUMBER, None, None),)), {CLIENT_NUMBER: got}, [])
         typed = type_batch(raw, tz)
         rows = typed.tables[_table_of(name)].num_rows if name in SIMPLE_READS else 0
         quarantined = typed.quarantine

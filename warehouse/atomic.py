@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +93,19 @@ def alive(pid: int) -> bool:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Publish ``data`` at ``path`` (see the module's three steps); the folder must exist.
     A temporary of ``path`` that a killed writer left is removed first."""
+    write_chunks_atomic(path, (data,))
+
+
+def write_chunks_atomic(path: Path, chunks: Iterable[bytes]) -> None:
+    """:func:`write_bytes_atomic` of the concatenated ``chunks``, never all held at once (an
+    error raised while producing them leaves nothing behind, like one while writing)."""
     remove_dead_temporaries(path)
     tmp = tmp_name(path)
     try:
         fd = open_new(tmp)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

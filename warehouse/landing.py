@@ -35,13 +35,14 @@ import datetime as dt
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +58,7 @@ from membersync.warehouse.atomic import (
     open_new,
     tmp_name,
     write_bytes_atomic,
+    write_chunks_atomic,
 )
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.manifest import (
@@ -434,6 +436,27 @@ def _read_pid(fd: int) -> str | None:
     return text if text.isdigit() else None
 
 
+# Records of a saved discovery serialized at a time. Copied and serialized all at once, the
+# records of a 100,000-client night took ~35 MB more at its peak (measured), and a process
+# keeps most of such a peak resident for the rest of the night.
+DISCOVERY_CHUNK = 1000
+
+
+def _discovery_json(clients: Iterable[Mapping[str, Any]], batch_size: int) -> Iterator[bytes]:
+    """``{"batch_size": n, "clients": [...], "format": 2}`` as JSON text, a chunk of records at a
+    time (the keys sorted, as :func:`to_json` sorts them)."""
+    yield b'{"batch_size":%d,"clients":[' % batch_size
+    records = iter(clients)
+    separator = b""
+    while chunk := list(itertools.islice(records, DISCOVERY_CHUNK)):
+        text = to_json(chunk)
+        if not text.startswith("["):  # to_json's last resort describes what it could not write
+            raise ValueError(f"a client record cannot be written as JSON: {text}")
+        yield separator + text[1:-1].encode()
+        separator = b","
+    yield b'],"format":2}'
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -509,14 +532,13 @@ class Night:
             log.warning("night %s: saved discovery is malformed; discovering again", self.night)
         return None
 
-    def save_discovery(self, clients: list[dict[str, Any]], batch_size: int) -> None:
+    def save_discovery(self, clients: Iterable[Mapping[str, Any]], batch_size: int) -> None:
         """Keep the client list and the batch size, so a resumed run forms the same batches,
         whatever the settings of the rerun say (secrets scrubbed)."""
         self._check_open("save_discovery")
-        body = to_json({"format": 2, "batch_size": batch_size, "clients": clients})
         try:
-            write_bytes_atomic(self.folder / "discovery.json", body.encode())
-        except OSError as exc:
+            write_chunks_atomic(self.folder / "discovery.json", _discovery_json(clients, batch_size))
+        except (OSError, ValueError) as exc:
             raise LandingWriteError(
                 f"cannot save discovery of night {self.night}: {_describe(exc)}"
             ) from None
