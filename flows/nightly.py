@@ -49,7 +49,7 @@ from typing import Any
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
-from membersync.flows import eventloop, nightgc
+from membersync.flows import nightgc
 from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.atomic import write_json_atomic
@@ -739,7 +739,7 @@ def run_night(
     interrupted run of the same night, commits, then builds the warehouse (unless
     ``options.build`` is off).
     """
-    return eventloop.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
+    return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
 
 
 # --- what the Prefect flow (membersync.flows.prefect_flow) needs from here -------------------------

@@ -335,24 +335,3 @@ def test_the_collector_is_off_while_loading_then_on_again_and_what_was_loaded_is
     finally:
         gc.enable()
         gc.unfreeze()  # (the test process's later collections see everything again)
-
-
-def test_case_the_commands_nights_run_on_uvloop_and_on_asyncios_loop_where_it_is_missing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Case: ``membersync sync`` (run_until_signal) and run_night (eventloop.run) put the night on
-    uvloop's loop; on a platform without uvloop (an import that fails), on asyncio's own."""
-    import asyncio
-
-    import uvloop
-    from membersync.flows import eventloop, interrupt
-
-    async def running_loop() -> type:
-        return type(asyncio.get_running_loop())
-
-    assert eventloop.run(running_loop()) is uvloop.Loop
-    assert interrupt.run_until_signal(running_loop(), lambda _signame: None) is uvloop.Loop
-    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` raises ImportError
-    assert eventloop.loop_factory() is None
-    fallback = eventloop.run(running_loop())
-    assert issubclass(fallback, asyncio.AbstractEventLoop) and not issubclass(fallback, uvloop.Loop)

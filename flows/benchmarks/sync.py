@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from membersync.flows import eventloop
 from membersync.flows.schedule import free_port, stop_process
 from rich.console import Console
 from rich.table import Table
@@ -196,6 +195,7 @@ def run_child(
 
 def child_main(prefect: bool) -> int:
     """Run one full night (no warehouse build), print our own figures as one JSON line."""
+    import asyncio
 
     from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows import nightly
@@ -218,7 +218,7 @@ def child_main(prefect: bool) -> int:
 
         warm_up()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        result = eventloop.run(prefect_flow.nightly_sync(night=night, full=True))  # as the CLI does
+        result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         summary = nightly.summary_from_flow_result(result)
         task_runs = summary.batches + 4  # configuration, discovery, commit, build
