@@ -207,7 +207,7 @@ class Live:
     """The sampled clients' live state, and what a night's discovery would record for them."""
 
     state: State
-    records: dict[str, dict[str, Any]]  # clientNumber -> {"clientNumber", "homeStore", "lastModified"}
+    records: dict[str, B.ClientRef]  # clientNumber -> what a discovery would keep of it
 
 
 async def fetch_live(
@@ -215,7 +215,7 @@ async def fetch_live(
 ) -> Live:
     """Fetch and type the clients' state, ``batch_size`` clients at a time (as a night does)."""
     state: State = {name: {} for name in AUDITED_TABLES}
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, B.ClientRef] = {}
     for start in range(0, len(numbers), max(1, batch_size)):
         chunk = numbers[start : start + batch_size]
         # type_batch lands a synced_clients row per client from these discovery fields.
@@ -228,11 +228,7 @@ async def fetch_live(
         for number, answers in raw.answers.items():
             details = answers.get("clientdetails")
             details = details if isinstance(details, dict) else {}
-            records[number] = {
-                "clientNumber": number,
-                "homeStore": details.get("homeStore"),
-                "lastModified": details.get("lastModified"),
-            }
+            records[number] = B.ClientRef(number, details.get("homeStore"), details.get("lastModified"))
     return Live(state, records)
 
 
@@ -266,7 +262,7 @@ class AuditResult:
 
     sampled: list[str]
     differed: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # of the clients that differed
+    records: dict[str, B.ClientRef] = field(default_factory=dict)  # of the clients that differed
 
     @property
     def tables(self) -> list[str]:
@@ -342,12 +338,8 @@ def queue_for_resync(data_dir: DataDir, result: AuditResult, found: str) -> None
         return
     queue = read_queue(data_dir)
     for number, by_table in result.differed.items():
-        record = result.records.get(number) or {
-            "clientNumber": number,
-            "homeStore": None,
-            "lastModified": None,
-        }
-        queue[number] = {**record, "found": found, "tables": sorted(by_table)}
+        record = result.records.get(number) or B.ClientRef(number, None, None)
+        queue[number] = {**record.wire(), "found": found, "tables": sorted(by_table)}
     _write_queue(data_dir, queue)
 
 
@@ -360,12 +352,9 @@ def forget_synced(data_dir: DataDir, synced: Iterable[str]) -> int:
     return len(done)
 
 
-def queued_discovery(queue: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The queue as discovery records (clientNumber, homeStore, lastModified) for a night."""
-    return [
-        {"clientNumber": n, "homeStore": e.get("homeStore"), "lastModified": e.get("lastModified")}
-        for n, e in sorted(queue.items())
-    ]
+def queued_discovery(queue: Mapping[str, Mapping[str, Any]]) -> list[B.ClientRef]:
+    """The queue as discovery records for a night."""
+    return [B.ClientRef(n, e.get("homeStore"), e.get("lastModified")) for n, e in sorted(queue.items())]
 
 
 def _write_queue(data_dir: DataDir, queue: Mapping[str, Any]) -> None:

@@ -534,7 +534,7 @@ class NightRun:
 
     def _plan_heal(self, result: A.AuditResult) -> list[str]:
         """Extra batches for the clients that differed; the commit then expects them too."""
-        records = [B.ClientRef.of(result.records[n]) for n in sorted(result.differed)]
+        records = [result.records[n] for n in sorted(result.differed)]
         planned = [
             B.Batch(f"heal-{b.id}", b.clients) for b in B.plan_batches(records, self.options.batch_size)
         ]
@@ -768,14 +768,14 @@ def prepare_prefect_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def with_queued(discovery: B.Discovery, queued: list[dict[str, Any]]) -> B.Discovery:
+def with_queued(discovery: B.Discovery, queued: list[B.ClientRef]) -> B.Discovery:
     """Tonight's discovery plus the clients the self-audit queued for a re-sync (sorted, unique).
 
     The watermark stays the discovered one: a queued client was not found by ``modifiedSince``.
     """
     if not queued:
         return discovery
-    by_number = {c.number: c for c in map(B.ClientRef.of, queued)}
+    by_number = {c.number: c for c in queued}
     by_number.update({c.number: c for c in discovery.clients})
     return B.Discovery([by_number[n] for n in sorted(by_number)], discovery.watermark)
 

@@ -156,10 +156,12 @@ def test_queued_clients_join_the_discovery_without_moving_the_watermark() -> Non
         [B.ClientRef("0005", "S", "2026-01-02T00:00:00Z")],
         "2026-01-02T00:00:00Z",
     )
-    queued = [
-        {"clientNumber": "0001", "homeStore": "S", "lastModified": "2025-01-01T00:00:00Z"},
-        {"clientNumber": "0005", "homeStore": "S", "lastModified": "2025-01-01T00:00:00Z"},
-    ]
+    queued = A.queued_discovery(  # as the queue file holds them
+        {
+            "0005": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
+            "0001": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
+        }
+    )
     merged = with_queued(found, queued)
     assert merged.client_numbers == ["0001", "0005"]
     assert merged.clients[1] == found.clients[0]  # discovery's own record wins
