@@ -49,6 +49,7 @@ import orjson
 import yarl
 from membersync.extract import catalogue, constants, redact
 from membersync.extract.catalogue import Endpoint
+from membersync.extract.deadlines import Deadlines, Watch
 from membersync.extract.errors import (
     ProtocolError,
     RateLimitedError,
@@ -394,7 +395,12 @@ class ServiceClient:
         # httpx-aiohttp); an injected transport or ``transport="httpx"`` goes through httpx.
         self._direct: _DirectAiohttp | None = None
         self._http: httpx.AsyncClient | None = None
-        if transport is None and opts.transport == "aiohttp" and _HAVE_AIOHTTP:
+        direct = transport is None and opts.transport == "aiohttp" and _HAVE_AIOHTTP
+        # Every attempt's deadline, and on the direct path its read timeout too, in one timer.
+        self._deadlines = Deadlines(
+            read_timeout=opts.read_timeout if direct else None, request_timeout=opts.request_timeout
+        )
+        if direct:
             self._direct = _DirectAiohttp(opts, username, password)
         else:
             self._http = _CookielessClient(
@@ -549,10 +555,12 @@ class ServiceClient:
             stats.requests += 1
             try:
                 # The whole attempt has a deadline (a trickling server resets the read timeout
-                # with every byte); it surfaces as the builtin TimeoutError -> ReadTimeoutError.
-                async with asyncio.timeout(self.options.request_timeout):
+                # with every byte), and on the direct path the read timeout is kept beside it;
+                # either surfaces as the builtin TimeoutError -> ReadTimeoutError.
+                watch = self._deadlines.attempt()
+                async with watch:
                     if self._direct is not None:
-                        status, headers, data = await self._direct.fetch(ep.method, url, content)
+                        status, headers, data = await self._direct.fetch(ep.method, url, content, watch)
                     else:
                         assert self._http is not None
                         response = await self._http.request(
@@ -870,7 +878,8 @@ class _DirectAiohttp:
 
     Same wire behaviour as httpx over httpx-aiohttp's transport (the headers, HTTP Basic as
     httpx encodes it (UTF-8), no redirects followed, no cookies kept, no proxy or ``.netrc``
-    from the environment, the connect/read/pool timeouts, one pool of ``max_concurrency``
+    from the environment, the connect/read/pool timeouts (the read timeout kept by the
+    client's :class:`~membersync.extract.deadlines.Deadlines`), one pool of ``max_concurrency``
     connections kept alive 30 s, gzip/deflate decoded), without httpx's request, response,
     header and stream objects per request. aiohttp's exceptions reach
     :func:`~membersync.extract.errors.transport_error` unmapped, which classifies them.
@@ -880,8 +889,10 @@ class _DirectAiohttp:
     def __init__(self, opts: ClientOptions, username: str, password: str) -> None:
         token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
         self._headers = {**_DEFAULT_HEADERS, "Authorization": f"Basic {token}"}
+        # No sock_read: the read timeout is the client's Deadlines' (one timer for every
+        # attempt, not one re-armed per chunk received).
         self._timeout = aiohttp.ClientTimeout(
-            sock_connect=opts.connect_timeout, sock_read=opts.read_timeout, connect=opts.pool_timeout
+            sock_connect=opts.connect_timeout, sock_read=None, connect=opts.pool_timeout
         )
         self._limit = opts.max_concurrency
         self._session: aiohttp.ClientSession | None = None
@@ -900,7 +911,7 @@ class _DirectAiohttp:
         return self._session
 
     async def fetch(
-        self, method: str, url: yarl.URL, content: bytes | None
+        self, method: str, url: yarl.URL, content: bytes | None, watch: Watch
     ) -> tuple[int, Mapping[str, str], bytes]:
         session = self._session or self._open()
         response = await session.request(
@@ -910,6 +921,7 @@ class _DirectAiohttp:
             headers=_JSON_HEADERS if content is not None else None,
             allow_redirects=False,
         )
+        watch.reading(response.content)  # the read timeout restarts while the body grows
         data = await response.read()  # releases the connection (closes it on an error)
         return response.status, response.headers, data
 

@@ -1,0 +1,131 @@
+"""Coarse deadlines: every attempt in flight checked by one timer, not one timer each.
+
+An attempt has two deadlines: the whole attempt's (``request_timeout``: a server that trickles a
+byte now and then must not hold a request for ever) and the read timeout (``read_timeout``: no
+byte of the answer for that long). Kept the usual way, ``asyncio.timeout()`` arms a timer per
+attempt (a heap push, then a cancel) and aiohttp's read timeout re-arms one on every chunk
+received, for deadlines that almost never fire: 4,000-client nights against one sandbox,
+alternating, used a median 10.78 s of CPU that way and 9.94 s with this module (6 pairs, 2026-11-26).
+
+Here an attempt holds an unarmed :class:`asyncio.Timeout`; one timer, armed only while attempts
+are in flight, ticks every :attr:`Deadlines.tick` seconds and expires each attempt past a
+deadline through ``Timeout.reschedule``, so the cancellation, its bookkeeping and the builtin
+``TimeoutError`` are asyncio's own (the deadlines themselves are on ``time.monotonic``). The
+read timeout counts from the attempt's start until the answer's headers, then restarts whenever
+the body has grown since the last tick (:meth:`Watch.reading`). A deadline fires at most one
+tick late; the tick is a quarter of the shorter timeout, at most
+:data:`~membersync.extract.constants.DEADLINE_TICK`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable
+from types import TracebackType
+from typing import Protocol
+
+from membersync.extract import constants
+
+
+class _Stream(Protocol):
+    """What a body's progress is read from (aiohttp's ``StreamReader``)."""
+
+    total_bytes: int
+
+
+class Watch:
+    """One attempt's deadlines; an async context manager around the attempt."""
+
+    __slots__ = ("_deadlines", "_timeout", "deadline", "read_deadline", "seen", "stream")
+
+    def __init__(self, deadlines: Deadlines, deadline: float, read_deadline: float) -> None:
+        self._deadlines = deadlines
+        self._timeout = asyncio.timeout_at(None)
+        self.deadline = deadline
+        self.read_deadline = read_deadline
+        self.stream: _Stream | None = None
+        self.seen = 0
+
+    def reading(self, stream: _Stream) -> None:
+        """The answer's headers are in: from now on the read timeout restarts while ``stream``
+        (its body) grows."""
+        self.stream = stream
+        self.seen = stream.total_bytes
+        self.read_deadline = min(self.deadline, time.monotonic() + self._deadlines.read_timeout)
+
+    # Plain methods handing on the Timeout's own coroutines: no frames of ours per attempt. Use
+    # the Watch itself (``async with watch:``); ``as`` would give the Timeout.
+    def __aenter__(self) -> Awaitable[asyncio.Timeout]:
+        self._deadlines.add(self)
+        return self._timeout.__aenter__()
+
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Awaitable[bool | None]:
+        self._deadlines.discard(self)
+        return self._timeout.__aexit__(exc_type, exc, tb)
+
+    def expire(self, loop_now: float) -> None:
+        self._timeout.reschedule(loop_now)  # not in the future: asyncio cancels the attempt at once
+
+
+class Deadlines:
+    """The deadlines of one client's attempts (one event loop)."""
+
+    def __init__(self, *, read_timeout: float | None, request_timeout: float) -> None:
+        if request_timeout <= 0 or (read_timeout is not None and read_timeout <= 0):
+            raise ValueError("timeouts must be > 0 s")
+        # None: the read timeout is the transport's own (httpx keeps one per read)
+        self.read_timeout = read_timeout if read_timeout is not None else math.inf
+        self.request_timeout = request_timeout
+        shortest = min(self.read_timeout, request_timeout)
+        self.tick = min(constants.DEADLINE_TICK, shortest / 4)
+        self._watches: set[Watch] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick: asyncio.TimerHandle | None = None
+
+    def attempt(self) -> Watch:
+        """The deadlines of an attempt starting now: ``watch = deadlines.attempt()``, then
+        ``async with watch:`` around the attempt."""
+        now = time.monotonic()
+        deadline = now + self.request_timeout
+        return Watch(self, deadline, min(deadline, now + self.read_timeout))
+
+    def add(self, watch: Watch) -> None:
+        self._watches.add(watch)
+        loop = asyncio.get_running_loop()
+        if self._tick is None or loop is not self._loop:  # (a client used from a new loop)
+            self._loop = loop
+            self._tick = loop.call_later(self.tick, self._check)
+
+    def discard(self, watch: Watch) -> None:
+        self._watches.discard(watch)
+
+    def _check(self) -> None:
+        """The tick: expire the attempts past a deadline; tick again while any is in flight."""
+        loop = self._loop
+        assert loop is not None
+        now = time.monotonic()
+        expired = []
+        for watch in self._watches:
+            if now >= watch.deadline:
+                expired.append(watch)
+                continue
+            stream = watch.stream
+            if stream is not None and stream.total_bytes != watch.seen:
+                watch.seen = stream.total_bytes
+                watch.read_deadline = min(watch.deadline, now + self.read_timeout)
+            elif now >= watch.read_deadline:
+                expired.append(watch)
+        for watch in expired:
+            self._watches.discard(watch)  # expired once; its exit finds it gone
+            watch.expire(loop.time())
+        self._tick = loop.call_later(self.tick, self._check) if self._watches else None
+
+    def __len__(self) -> int:
+        return len(self._watches)

@@ -1,0 +1,174 @@
+"""extract/deadlines.py: one timer keeps the deadlines of every attempt in flight.
+
+Real event loops and real (short) timeouts. Timing bounds are loose on purpose (shared, noisy
+machines): a deadline must not fire early, and must fire (the test does not hang); how late it
+fires is asserted only as "within seconds". The client's own stall and trickle cases are in
+``test_client_retry.py`` (a server that never answers) and ``test_reliability.py`` (a night
+against a server that stalls or trickles).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from membersync.extract import constants
+from membersync.extract.deadlines import Deadlines
+
+
+class GrowingBody:
+    """A body whose bytes arrive every ``every`` s for ``for_s`` s (aiohttp's ``total_bytes``)."""
+
+    def __init__(self) -> None:
+        self.total_bytes = 0
+
+    async def grow(self, every: float, for_s: float) -> None:
+        end = time.monotonic() + for_s
+        while time.monotonic() < end:
+            await asyncio.sleep(every)
+            self.total_bytes += 1
+
+
+def test_case_attempt_past_its_deadline_ends_in_timeout_error_not_before() -> None:
+    async def scenario() -> float:
+        deadlines = Deadlines(read_timeout=None, request_timeout=0.2)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            watch = deadlines.attempt()
+            async with watch:
+                await asyncio.sleep(30)
+        assert len(deadlines) == 0
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(scenario())
+    assert 0.2 <= elapsed < 5, elapsed
+
+
+def test_case_answer_without_headers_is_a_read_timeout() -> None:
+    async def scenario() -> float:
+        deadlines = Deadlines(read_timeout=0.2, request_timeout=30)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with deadlines.attempt():
+                await asyncio.sleep(30)  # no headers: reading() never called
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(scenario())
+    assert 0.2 <= elapsed < 5, elapsed
+
+
+def test_case_body_that_keeps_growing_outlives_the_read_timeout_but_not_the_deadline() -> None:
+    async def scenario(request_timeout: float) -> float:
+        deadlines = Deadlines(read_timeout=0.2, request_timeout=request_timeout)
+        body = GrowingBody()
+        started = time.monotonic()
+        watch = deadlines.attempt()
+        async with watch:
+            watch.reading(body)
+            await body.grow(every=0.02, for_s=0.8)  # 4 read timeouts long, a byte every 20 ms
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario(request_timeout=30)) >= 0.8  # ended by itself, not cancelled
+    with pytest.raises(TimeoutError):
+        asyncio.run(scenario(request_timeout=0.4))  # a trickle is still bounded by the deadline
+
+
+def test_case_body_that_stops_growing_is_a_read_timeout() -> None:
+    async def scenario() -> float:
+        deadlines = Deadlines(read_timeout=0.2, request_timeout=30)
+        body = GrowingBody()
+        started = time.monotonic()
+        watch = deadlines.attempt()
+        with pytest.raises(TimeoutError):
+            async with watch:
+                watch.reading(body)
+                await body.grow(every=0.02, for_s=0.3)
+                await asyncio.sleep(30)  # stalled
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(scenario())
+    assert 0.5 <= elapsed < 5, elapsed  # 0.3 s of growth, then 0.2 s of silence at least
+
+
+def test_case_attempt_done_in_time_is_never_cancelled_and_the_timer_stops() -> None:
+    async def scenario() -> tuple[int, Any]:
+        deadlines = Deadlines(read_timeout=0.1, request_timeout=0.1)
+        for _ in range(5):
+            async with deadlines.attempt():
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # ticks past every deadline the attempts had: nothing left to cancel
+        return len(deadlines), deadlines._tick
+
+    assert asyncio.run(scenario()) == (0, None)
+
+
+def test_case_outside_cancellation_stays_a_cancellation() -> None:
+    async def scenario() -> None:
+        deadlines = Deadlines(read_timeout=5, request_timeout=5)
+
+        async def attempt() -> None:
+            async with deadlines.attempt():
+                await asyncio.sleep(30)
+
+        task = asyncio.create_task(attempt())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(deadlines) == 0
+
+    asyncio.run(scenario())
+
+
+def test_case_many_attempts_arm_one_timer_not_one_each() -> None:
+    """The point of the module: 500 attempts (100 at a time) schedule a few ticks, not 500 timers."""
+    loop = asyncio.new_event_loop()
+    armed = []
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(callback)
+        return call_at(when, callback, *args, **kwargs)
+
+    loop.call_at = counting_call_at  # type: ignore[method-assign]  # call_later goes through it
+
+    async def scenario(deadlines: Deadlines) -> None:
+        async def one() -> None:
+            async with deadlines.attempt():
+                await asyncio.sleep(0)
+
+        for _ in range(5):
+            await asyncio.gather(*(one() for _ in range(100)))
+
+    deadlines = Deadlines(read_timeout=30, request_timeout=90)
+    try:
+        loop.run_until_complete(scenario(deadlines))
+    finally:
+        loop.close()
+    assert deadlines.tick == constants.DEADLINE_TICK
+    assert 1 <= len(armed) <= 3, armed  # the tick (armed once: the run is shorter than a tick)
+
+
+def test_case_a_new_event_loop_gets_its_own_tick() -> None:
+    """A client used from a second ``asyncio.run`` (a test's, a CLI's) still keeps deadlines."""
+    deadlines = Deadlines(read_timeout=None, request_timeout=0.2)
+
+    async def quick() -> None:
+        async with deadlines.attempt():
+            pass  # the tick armed on this loop outlives it
+
+    async def stalled() -> None:
+        async with deadlines.attempt():
+            await asyncio.sleep(30)
+
+    asyncio.run(quick())
+    with pytest.raises(TimeoutError):
+        asyncio.run(asyncio.wait_for(stalled(), 10))  # wait_for: a hang fails, not blocks
+
+
+@pytest.mark.parametrize("read, whole", [(0, 1), (1, 0), (-1, 1)])
+def test_case_timeouts_must_be_positive(read: float, whole: float) -> None:
+    with pytest.raises(ValueError, match="timeouts must be > 0"):
+        Deadlines(read_timeout=read, request_timeout=whole)
