@@ -270,6 +270,8 @@ class _Prepared:
     names: dict[str, str]  # logical param -> wire param, percent-encoded
     convert: Callable[[Any], Any] | None  # wire item -> logical item; None = identical
     body_renames: bool = False  # a write whose body fields have other names on the wire
+    known: frozenset[str] = frozenset()  # its logical parameter names
+    required: tuple[str, ...] = ()  # those it cannot do without
 
 
 def _with_query_parsed(base: httpx.URL, query: str) -> httpx.URL:
@@ -450,6 +452,8 @@ class ServiceClient:
             names=names,
             convert=_converter(self.profile, ep.record if ep.method == "GET" else ep.name),
             body_renames=ep.is_write and _has_renames(self.profile, ep.name),
+            known=frozenset(p.name for p in ep.params),
+            required=tuple(p.name for p in ep.params if p.required),
         )
 
     # -- generic calls -------------------------------------------------------------------------
@@ -457,16 +461,17 @@ class ServiceClient:
     async def get(self, endpoint_name: str, **params: Any) -> Any:
         """Any GET endpoint by logical name, with logical parameter names; unwrapped answer
         (a list of items, an object, or a :class:`SearchPage` for ``search``)."""
-        ep = catalogue.endpoint(endpoint_name)
+        # (an unknown name: catalogue.endpoint raises the KeyError that names it)
+        prep = self._prepared.get(endpoint_name) or self._prepared[catalogue.endpoint(endpoint_name).name]
+        ep, known = prep.endpoint, prep.known
         if ep.method != "GET":
             raise ValueError(f"{endpoint_name} is a {ep.method} endpoint: use post()")
-        known = {p.name for p in ep.params}
-        unknown = sorted(set(params) - known)
-        if unknown:
+        if not known.issuperset(params):
+            unknown = sorted(set(params) - known)
             raise ValueError(f"{endpoint_name}: unknown parameter {unknown[0]!r} (known: {sorted(known)})")
-        missing = [p.name for p in ep.params if p.required and params.get(p.name) is None]
-        if missing:
-            raise ValueError(f"{endpoint_name}: parameter {missing[0]!r} is required")
+        for name in prep.required:
+            if params.get(name) is None:
+                raise ValueError(f"{endpoint_name}: parameter {name!r} is required")
         if ep.kind == "search":
             page = params.pop("page", None) or self.paging.first()
             return await self.search_page(page, params.pop("pageSize", None), **params)

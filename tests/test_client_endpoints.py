@@ -211,6 +211,32 @@ def test_read_validation_names_the_field(
     assert field in str(info.value) and "HTTP 400" in str(info.value)
 
 
+GENERIC_GET_MISUSE: list[tuple[str, dict[str, Any], type[Exception], str]] = [
+    ("no_such_endpoint", {}, KeyError, "unknown endpoint 'no_such_endpoint'"),
+    ("login", {}, ValueError, "login is a POST endpoint: use post()"),
+    ("employees", {"storecode": "DOWNTOWN  ", "colour": "red"}, ValueError, "unknown parameter 'colour'"),
+    ("employees", {}, ValueError, "parameter 'storecode' is required"),
+    ("processor_credentials", {"storecode": "DOWNTOWN  ", "type": None}, ValueError, "'type' is required"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "error", "text"), GENERIC_GET_MISUSE)
+def test_case_generic_get_misused_fails_clearly_before_any_request(
+    sandbox: RunningSandbox, name: str, params: dict[str, Any], error: type[Exception], text: str
+) -> None:
+    """``client.get(name, **params)`` checks the name and parameters against the catalogue."""
+    client = client_for(sandbox)
+
+    async def go() -> None:
+        async with client:
+            await client.get(name, **params)
+
+    with pytest.raises(error) as info:
+        asyncio.run(go())
+    assert text in str(info.value)
+    assert client.stats.requests == 0
+
+
 # -- writes ---------------------------------------------------------------------------------------------
 
 
