@@ -562,8 +562,7 @@ class ServiceClient:
                 # The whole attempt has a deadline (a trickling server resets the read timeout
                 # with every byte), and on the direct path the read timeout is kept beside it;
                 # either surfaces as the builtin TimeoutError -> ReadTimeoutError.
-                watch = self._deadlines.attempt()
-                async with watch:
+                async with self._deadlines.attempt() as watch:
                     if self._direct is not None:
                         status, headers, data = await self._direct.fetch(ep.method, url, content, watch)
                     else:

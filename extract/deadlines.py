@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable
 from types import TracebackType
 from typing import Protocol
 
@@ -55,20 +54,19 @@ class Watch:
         self.seen = stream.total_bytes
         self.read_deadline = min(self.deadline, time.monotonic() + self._deadlines.read_timeout)
 
-    # Plain methods handing on the Timeout's own coroutines: no frames of ours per attempt. Use
-    # the Watch itself (``async with watch:``); ``as`` would give the Timeout.
-    def __aenter__(self) -> Awaitable[asyncio.Timeout]:
+    async def __aenter__(self) -> Watch:
+        await self._timeout.__aenter__()  # (raises outside a task: then nothing is watched)
         self._deadlines.add(self)
-        return self._timeout.__aenter__()
+        return self
 
-    def __aexit__(
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> Awaitable[bool | None]:
+    ) -> None:
         self._deadlines.discard(self)
-        return self._timeout.__aexit__(exc_type, exc, tb)
+        await self._timeout.__aexit__(exc_type, exc, tb)  # (never suppresses: raises or returns)
 
     def expire(self, loop_now: float) -> None:
         self._timeout.reschedule(loop_now)  # not in the future: asyncio cancels the attempt at once
@@ -90,8 +88,8 @@ class Deadlines:
         self._tick: asyncio.TimerHandle | None = None
 
     def attempt(self) -> Watch:
-        """The deadlines of an attempt starting now: ``watch = deadlines.attempt()``, then
-        ``async with watch:`` around the attempt."""
+        """The deadlines of an attempt starting now: ``async with deadlines.attempt() as watch:``
+        around the attempt."""
         now = time.monotonic()
         deadline = now + self.request_timeout
         return Watch(self, deadline, min(deadline, now + self.read_timeout))
@@ -110,6 +108,12 @@ class Deadlines:
         """The tick: expire the attempts past a deadline; tick again while any is in flight."""
         loop = self._loop
         assert loop is not None
+        try:
+            self._expire_overdue(loop)
+        finally:  # (an error here must not stop the ticks: every later deadline depends on them)
+            self._tick = loop.call_later(self.tick, self._check) if self._watches else None
+
+    def _expire_overdue(self, loop: asyncio.AbstractEventLoop) -> None:
         now = time.monotonic()
         expired = []
         for watch in self._watches:
@@ -125,7 +129,6 @@ class Deadlines:
         for watch in expired:
             self._watches.discard(watch)  # expired once; its exit finds it gone
             watch.expire(loop.time())
-        self._tick = loop.call_later(self.tick, self._check) if self._watches else None
 
     def __len__(self) -> int:
         return len(self._watches)

@@ -36,8 +36,7 @@ def test_case_attempt_past_its_deadline_ends_in_timeout_error_not_before() -> No
         deadlines = Deadlines(read_timeout=None, request_timeout=0.2)
         started = time.monotonic()
         with pytest.raises(TimeoutError):
-            watch = deadlines.attempt()
-            async with watch:
+            async with deadlines.attempt():
                 await asyncio.sleep(30)
         assert len(deadlines) == 0
         return time.monotonic() - started
@@ -64,8 +63,7 @@ def test_case_body_that_keeps_growing_outlives_the_read_timeout_but_not_the_dead
         deadlines = Deadlines(read_timeout=0.2, request_timeout=request_timeout)
         body = GrowingBody()
         started = time.monotonic()
-        watch = deadlines.attempt()
-        async with watch:
+        async with deadlines.attempt() as watch:
             watch.reading(body)
             await body.grow(every=0.02, for_s=0.8)  # 4 read timeouts long, a byte every 20 ms
         return time.monotonic() - started
@@ -80,9 +78,8 @@ def test_case_body_that_stops_growing_is_a_read_timeout() -> None:
         deadlines = Deadlines(read_timeout=0.2, request_timeout=30)
         body = GrowingBody()
         started = time.monotonic()
-        watch = deadlines.attempt()
         with pytest.raises(TimeoutError):
-            async with watch:
+            async with deadlines.attempt() as watch:
                 watch.reading(body)
                 await body.grow(every=0.02, for_s=0.3)
                 await asyncio.sleep(30)  # stalled
@@ -166,6 +163,39 @@ def test_case_a_new_event_loop_gets_its_own_tick() -> None:
     asyncio.run(quick())
     with pytest.raises(TimeoutError):
         asyncio.run(asyncio.wait_for(stalled(), 10))  # wait_for: a hang fails, not blocks
+
+
+class BrokenBody:
+    """A body whose progress can be read once (by ``reading``); every later read raises."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    @property
+    def total_bytes(self) -> int:
+        self.reads += 1
+        if self.reads > 1:
+            raise RuntimeError("broken body")
+        return 0
+
+
+def test_case_an_error_in_a_tick_does_not_stop_later_deadlines() -> None:
+    async def scenario() -> list[str]:
+        errors: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, ctx: errors.append(str(ctx["exception"]))
+        )
+        deadlines = Deadlines(read_timeout=0.2, request_timeout=30)
+        async with deadlines.attempt() as watch:
+            watch.reading(BrokenBody())  # type: ignore[arg-type]
+            await asyncio.sleep(0.2)  # a tick reads its progress, and raises
+        with pytest.raises(TimeoutError):
+            async with deadlines.attempt():
+                await asyncio.sleep(30)  # still a read timeout: the ticks went on
+        return errors
+
+    errors = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert errors and set(errors) == {"broken body"}  # each tick while it was in flight raised
 
 
 @pytest.mark.parametrize("read, whole", [(0, 1), (1, 0), (-1, 1)])
