@@ -400,7 +400,9 @@ class ServiceClient:
         direct = transport is None and opts.transport == "aiohttp" and _HAVE_AIOHTTP
         # Every attempt's deadline, and on the direct path its read timeout too, in one timer.
         self._deadlines = Deadlines(
-            read_timeout=opts.read_timeout if direct else None, request_timeout=opts.request_timeout
+            read_timeout=opts.read_timeout if direct else None,
+            request_timeout=opts.request_timeout,
+            connect_timeout=opts.connect_timeout,
         )
         if direct:
             self._direct = _DirectAiohttp(opts, username, password)

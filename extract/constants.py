@@ -19,10 +19,11 @@ POOL_TIMEOUT = 60.0
 # with every chunk, so a server that trickles a byte now and then would hold a request (and
 # the night) for ever without this deadline.
 REQUEST_TIMEOUT = 90.0
-# The read timeout (on the direct aiohttp path: counted from the attempt's start until the
-# answer's headers, then from the body's last growth) and the whole attempt's deadline are
-# checked by one timer for every attempt in flight (extract/deadlines.py), every this many
-# seconds at most (a quarter of the shorter timeout): a deadline fires up to one tick late.
+# The read timeout (on the direct aiohttp path: counted from the attempt's start plus the
+# connect timeout until the answer's headers, then from the body's last growth) and the whole
+# attempt's deadline are checked by one timer for every attempt in flight (extract/deadlines.py),
+# every this many seconds at most (a quarter of the shorter timeout): a deadline fires up to one
+# tick late.
 DEADLINE_TICK = 0.5
 
 # -- retries -----------------------------------------------------------------------------

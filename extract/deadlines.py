@@ -10,11 +10,14 @@ alternating, used a median 10.78 s of CPU that way and 9.94 s with this module (
 Here an attempt holds an unarmed :class:`asyncio.Timeout`; one timer, armed only while attempts
 are in flight, ticks every :attr:`Deadlines.tick` seconds and expires each attempt past a
 deadline through ``Timeout.reschedule``, so the cancellation, its bookkeeping and the builtin
-``TimeoutError`` are asyncio's own (the deadlines themselves are on ``time.monotonic``). The
-read timeout counts from the attempt's start until the answer's headers, then restarts whenever
-the body has grown since the last tick (:meth:`Watch.reading`). A deadline fires at most one
-tick late; the tick is a quarter of the shorter timeout, at most
-:data:`~membersync.extract.constants.DEADLINE_TICK`.
+``TimeoutError`` are asyncio's own (the deadlines themselves are on ``time.monotonic``). Until
+the answer's headers the read timeout counts from the attempt's start plus ``connect_timeout``:
+aiohttp started it once connected and sent, which it does not tell, and a connect is bounded on
+its own, so this does not fire before the read timeout of old would have. (Counted from the
+start alone, a loaded host took a slow connect for a read timeout, and a POST never sent for one
+that may have been, in CI.) Then it restarts whenever the body has grown since the last tick
+(:meth:`Watch.reading`). A deadline fires at most one tick late; the tick is a quarter of the
+shorter timeout, at most :data:`~membersync.extract.constants.DEADLINE_TICK`.
 """
 
 from __future__ import annotations
@@ -75,9 +78,12 @@ class Watch:
 class Deadlines:
     """The deadlines of one client's attempts (one event loop)."""
 
-    def __init__(self, *, read_timeout: float | None, request_timeout: float) -> None:
-        if request_timeout <= 0 or (read_timeout is not None and read_timeout <= 0):
+    def __init__(
+        self, *, read_timeout: float | None, request_timeout: float, connect_timeout: float = 0.0
+    ) -> None:
+        if request_timeout <= 0 or (read_timeout is not None and read_timeout <= 0) or connect_timeout < 0:
             raise ValueError("timeouts must be > 0 s")
+        self.connect_timeout = connect_timeout  # (before the headers, on top of the read timeout)
         # None: the read timeout is the transport's own (httpx keeps one per read)
         self.read_timeout = read_timeout if read_timeout is not None else math.inf
         self.request_timeout = request_timeout
@@ -92,7 +98,7 @@ class Deadlines:
         around the attempt."""
         now = time.monotonic()
         deadline = now + self.request_timeout
-        return Watch(self, deadline, min(deadline, now + self.read_timeout))
+        return Watch(self, deadline, min(deadline, now + self.connect_timeout + self.read_timeout))
 
     def add(self, watch: Watch) -> None:
         self._watches.add(watch)

@@ -1375,7 +1375,7 @@ def test_a_server_that_never_answers_is_a_read_timeout(transport: str) -> None:
         t = FakeTime()
         raw = RawServer("stall")
         async with raw as url:
-            opts = options(t, transport=transport, max_retries=1, read_timeout=0.2)
+            opts = options(t, transport=transport, max_retries=1, read_timeout=0.2, connect_timeout=1.0)
             client = ServiceClient(url, USER, PASSWORD, options=opts)
             with pytest.raises(errors.ServiceError) as info:
                 await call(client)

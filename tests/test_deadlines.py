@@ -58,6 +58,23 @@ def test_case_answer_without_headers_is_a_read_timeout() -> None:
     assert 0.2 <= elapsed < 5, elapsed
 
 
+def test_case_before_the_headers_a_connect_may_take_its_own_timeout_on_top() -> None:
+    """aiohttp does not say when a request left; a connect is bounded on its own (sock_connect)."""
+
+    async def scenario() -> float:
+        deadlines = Deadlines(read_timeout=0.2, request_timeout=30, connect_timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with deadlines.attempt():
+                await asyncio.sleep(30)
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(scenario())
+    assert 0.5 <= elapsed < 5, elapsed
+    with pytest.raises(ValueError, match="timeouts must be > 0"):
+        Deadlines(read_timeout=1, request_timeout=1, connect_timeout=-1)
+
+
 def test_case_body_that_keeps_growing_outlives_the_read_timeout_but_not_the_deadline() -> None:
     async def scenario(request_timeout: float) -> float:
         deadlines = Deadlines(read_timeout=0.2, request_timeout=request_timeout)
