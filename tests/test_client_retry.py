@@ -1614,3 +1614,32 @@ def test_case_a_streak_longer_than_the_window_counts_its_pauses_as_time_the_buck
             cuts.append(limiter.rate or 0.0)
         t.now += 1 / (limiter.rate or 1.0)
     assert cuts[-1] <= 20.0 * 1.03, cuts  # (old: 24.9, 21.7, 21.3, 20.7)
+
+
+def test_case_two_429s_within_a_second_at_a_one_token_bucket_step_back_a_little_not_to_a_streak_cut() -> None:
+    """50 req/s, burst 1, 200 ms: at a bucket known to hold one token (a close pair refused
+    before) 429s come at any pace, from arrivals a few ms early. Two of them 0.26 s apart read
+    as a young streak, and the share refused since the first (1 of 13) cut the pace 9 %, to
+    44 req/s, for ~10 s (a 40-s night at 89.8 % of the limit, traced). Two in a second are still
+    that jitter while they stay a small share of the last seconds: a small step, the estimate kept."""
+    t, limiter = _near_an_estimate(49.0, 50.0)
+    limiter._catch_up = 0.0  # as after a 429 on a close pair: a one-token bucket
+    limiter._early = 0.0
+    t.now += 0.5
+    _at_pace(t, limiter, 10.0)  # no 429 for 10 s
+    pace, ceiling = limiter.rate, limiter.ceiling  # (the probe took both a little higher)
+    assert pace is not None
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    t.now = max(t.now, limiter.cooldown_until)
+    _at_pace(t, limiter, 0.25)  # 12 answers, then a second 429
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.ceiling == ceiling
+    assert limiter.rate is not None
+    assert limiter.rate >= pace * (1 - 2 * constants.RATE_MARGIN), (pace, limiter.rate)
+
+    # More than two in a second, at that bucket, are a pace above its limit: a streak's cut.
+    for _ in range(2):
+        t.now = max(t.now, limiter.cooldown_until) + 0.05
+        limiter.on_success(t.now)
+        limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.rate < pace * (1 - 2 * constants.RATE_MARGIN)
