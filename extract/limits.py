@@ -308,7 +308,7 @@ class RateLimiter:
             rate = self.rate
             # Already sending no two requests closer than the interval (a one-token bucket refused
             # a close pair before): a lone 429 now is the pace at the limit, not a pair.
-            one_token = self._catch_up == 0.0
+            one_token = self._one_token_bucket
             close = (
                 rate is not None and rate <= constants.CATCH_UP_KEPT_ABOVE and self._sent_close(started, rate)
             )
@@ -536,7 +536,7 @@ class RateLimiter:
         answers = self._accepted_count - self._accepted_at_refusal
         if last is None or refilled is None or now - last < constants.ACCEPT_WINDOW:
             return None
-        if self._catch_up == 0.0:  # a bucket too small for a close pair: its 429s are jitter
+        if self._one_token_bucket:  # its 429s are jitter
             return None
         return refilled / answers if answers >= constants.ACCEPT_MIN_COUNT else None
 
@@ -564,6 +564,12 @@ class RateLimiter:
         total = refused + sum(1 for t in self._accepted if t > start)
         return min(0.5, refused / total) if total >= constants.STREAK_MIN_ANSWERS else None
 
+    @property
+    def _one_token_bucket(self) -> bool:
+        """Is the server's bucket known to hold one token? It refused a close pair, and since then
+        the pace no longer catches up (``_catch_up`` 0): its 429s come at any pace."""
+        return self._catch_up == 0.0
+
     def _isolated_refusal(self, now: float) -> bool:
         """Was the 429 just counted a lone one (jitter at a small bucket), not a pace above the limit?
 
@@ -575,7 +581,7 @@ class RateLimiter:
         young streak cut the pace 9 % (44 of 50 req/s for ~10 s, traced).
         """
         share = self._refused_share(now)  # (prunes the refusals to the window)
-        lone = 2 if self._catch_up == 0.0 else 1
+        lone = 2 if self._one_token_bucket else 1
         return bool(self._accepted) and (len(self._refused) <= lone or share < constants.SUSTAINED_REFUSALS)
 
     def _sent_close(self, started: float, rate: float) -> bool:
