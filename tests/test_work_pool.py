@@ -479,10 +479,13 @@ def test_tenants_on_a_work_pool(
         assert shard_states.count("COMPLETED") == 1, by_shard
 
     # what the killed worker left in its TMPDIR (Prefect's, with the run's environment) is owner-only
+    # (a live worker may still be removing a finished run's workspace meanwhile: gone is not left)
     for leftover in worker_tmp.glob("prefect-workspace-attempt-*"):
-        assert leftover.stat().st_mode & 0o077 == 0, leftover
-        for file in leftover.iterdir():
-            assert file.stat().st_mode & 0o077 == 0, file
+        with contextlib.suppress(FileNotFoundError):
+            assert leftover.stat().st_mode & 0o077 == 0, leftover
+            for file in leftover.iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    assert file.stat().st_mode & 0o077 == 0, file
 
     # -- exact reports from the bucket; each sandbox's limit held (no 429; per-second counts) ------
     figures = {}
