@@ -59,11 +59,14 @@ class RateLimiter:
       what it *accepted* over the last seconds of sending (pauses excluded), the lower of that
       and the rate we were sending at: we were above the limit, so the accepted rate is the
       limit (plus what its bucket held). The pace drops to ``ceiling x (1 - RATE_MARGIN)``,
-      once per 429 episode, not halved on every 429. An *isolated* 429 (one in the last
+      once per 429 episode, not halved on every 429. (The first 429 after a rough cut, at the top
+      of the climb back, is the pace passing the limit: the level is that pace, less the margin.) An *isolated* 429 (one in the last
       second, two at a bucket known to hold one token, or under ``SUSTAINED_REFUSALS`` of its
       answers) is jitter at a small bucket, not the pace: while such 429s stay under
       ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the pause, above it
-      each is a small step back (of the estimate too).
+      each is a small step back (of the estimate too). (The 429s of requests sent unpaced are
+      not in that tally: a discovery's bunch says nothing of a pace.) A lone 429 too soon after a
+      lull to measure anything, at a pace no higher than the level settled, costs only its pause.
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
@@ -129,6 +132,11 @@ class RateLimiter:
         self._streak_start = 0.0  # when the 429s of the current streak began
         self.latency = 0.0  # seconds, a moving average of the successes' latency
         self._last_grow: float | None = None
+        # When the pace last grew fast, far under the estimate (or a rough cut's bound): a 429
+        # within a window of it came at the top of a climb (see _on_rate_limited).
+        self._ramped_at: float | None = None
+        # Since when the requests are paced (0: from the start; None: not yet).
+        self._paced_since: float | None = 0.0 if self.rate is not None else None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
         # what the server accepted per second of sending (the estimate of its limit).
@@ -260,17 +268,27 @@ class RateLimiter:
             growth = min(constants.RATE_PROBE_FAR, near * 2.0**quiet)
         else:
             growth = constants.RATE_PROBE_FAR
+            self._ramped_at = now
         self.rate = self._capped(rate * (1.0 + growth * (now - last)))
 
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
+        cut = self._on_rate_limited(now, started, retry_after)
+        if self._paced_since is None and self.rate is not None:
+            self._paced_since = now
+        return cut
+
+    def _on_rate_limited(self, now: float, started: float, retry_after: float | None) -> bool:
         overshoot = self._overshoot(now)
         if self._last_refusal is None or now - self._last_refusal > constants.ACCEPT_WINDOW:
             self._streak_start = now  # the first 429 after a quiet second: the bucket is empty
         self._refused.append(now)
         self._last_refusal = now
-        self._tally_answer(now, refused=1)
+        if self._paced_since is not None and started > self._paced_since:
+            # (Not the refusals of what was sent unpaced: a discovery's bunch says nothing of a pace,
+            # and held in the tally for 10 s it stepped a pace at the limit back 5-8 %, traced.)
+            self._tally_answer(now, refused=1)
         accepted = self._accepted_rate(now)
         share = self._tally_refused_share()  # of the last TALLY_SECONDS' answers, this one counted
         # Paced at an estimate, yet refused. (In the slow start, before any estimate, the first
@@ -297,6 +315,7 @@ class RateLimiter:
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
         previous = self._last_decrease
+        ramped = self._ramped_at is not None and now - self._ramped_at < constants.ACCEPT_WINDOW
         if isolated:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
             # end, timer jitter, a moment of low demand then a burst), not a pace above its
@@ -323,11 +342,14 @@ class RateLimiter:
                 # once we no longer catch up: a 429 there is the probe at the limit, and without a
                 # step the next came within the second, a streak: 49.98 -> 40.8 req/s, measured.)
                 return False
-            if accepted is None and self.decreases == 0 and self._settled is not None:
-                # A night paced from the start at a rate found before (or announced), refused
-                # before it has answers enough to measure: its first connections (set up while the
-                # first requests wait) bunch them at the server. The rate found stands; a cut here
-                # (x 0.8, the estimate down to the pace) held a night at 93 % of 20 req/s, burst 1.
+            settled = self._settled
+            if accepted is None and settled is not None and (self.decreases == 0 or (rate or 0.0) <= settled):
+                # Refused before answers enough to measure, at a pace no higher than a level settled
+                # before: a night paced from the start at a rate found before (or announced), whose
+                # first connections (set up while the first requests wait) bunch them at the server,
+                # or a lull in demand (a batch's end) and a pair at its end. The level stands; a cut
+                # here (x 0.8, the estimate down to the pace) held a night at 93 % of 20 req/s,
+                # burst 1, and after a lull cut 19.8 req/s to 15.9 (a limit of 20, traced).
                 return False
         self._last_decrease = now
         self._early = 0.0
@@ -392,6 +414,17 @@ class RateLimiter:
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
+            bound_only = self.ceiling is not None and self._settled is None
+            if ramped and bound_only and sum(1 for t in self._refused if t > previous) == 1:
+                # The first 429 since a rough cut (which left only a bound: the pace then refused),
+                # at the top of the climb back from under the limit: the pace just passed it. The
+                # share refused since the cut is one answer among a few (a coarse 5-7 % at 20 req/s,
+                # burst 1: the estimate went that far under the limit, traced), and what was
+                # accepted is the climb's average: the level is the pace, less the margin. (Not in
+                # the slow start, x2.7 a second, which runs far past the limit before a bucket of 5
+                # refuses: 37 req/s for a limit of 20; nor after a cut to a level, which may have
+                # left the pace above the limit, traced.)
+                level = max(level, rate * (1 - constants.RATE_MARGIN))
             self.ceiling = self._settled = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
@@ -430,6 +463,8 @@ class RateLimiter:
             self.ceiling = self._settled = limit.rate
             self.rate = self._capped(self.rate if self.rate is not None else self.announced)
             self._early = 0.0
+            if self._paced_since is None:
+                self._paced_since = now
         if limit.remaining is not None and limit.remaining <= 0:
             reset = limit.reset if limit.reset is not None else 0.0
             # An empty quota pauses everyone until it resets, unless we already pace at the

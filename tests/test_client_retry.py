@@ -991,6 +991,7 @@ def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.rate = 10.0  # after a first cut, no estimate yet
+    limiter._paced_since = t.now
     while limiter.rate < 20.5:  # answers at the pace while it doubles every second
         limiter.on_success(t.now)
         t.now += 1 / limiter.rate
@@ -1006,6 +1007,8 @@ def _near_an_estimate(rate: float, ceiling: float) -> tuple[FakeTime, RateLimite
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.rate, limiter.ceiling = rate, ceiling
+    limiter._settled = ceiling  # (an estimate settles a level; a rough cut leaves only a bound)
+    limiter._paced_since = t.now  # (its 429s are a pace's, counted in the tally)
     limiter._last_refusal = t.now  # the 429 that gave the estimate
     return t, limiter
 
@@ -1643,3 +1646,79 @@ def test_case_two_429s_within_a_second_at_a_one_token_bucket_step_back_a_little_
         limiter.on_success(t.now)
         limiter.on_rate_limited(started=t.now, retry_after=1.0)
     assert limiter.rate < pace * (1 - 2 * constants.RATE_MARGIN)
+
+
+def test_case_the_first_429_after_a_rough_cut_at_the_top_of_the_climb_sets_the_level_at_the_pace() -> None:
+    """20 req/s, burst 1: a paced 429 too early to measure cuts roughly (x 0.8) and leaves only a
+    bound (the pace refused). The climb back (20 %/s) passes the limit within the second, and the
+    bucket refuses the first request above it. What was accepted meanwhile is the climb's average,
+    and the share refused since the cut is 1 of ~15 answers: the estimate went 5-7 % under the
+    limit and the night crawled back for ~15 s (93-94 % of 20 req/s in 15-s nights, traced). The
+    pace that was just refused, less the margin, is the level."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 21.2  # paced (the slow start), no estimate yet
+    limiter._paced_since = t.now
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is True  # no answers: rough
+    assert limiter._settled is None and limiter.ceiling == pytest.approx(21.2)
+    bucket = _Bucket(20.0, 1.0, t.now)
+    t.now = max(t.now, limiter.cooldown_until)
+    while True:  # the climb back, a request at each slot, answered at once
+        if not bucket.take(t.now):
+            pace = limiter.rate
+            assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is True
+            break
+        limiter.on_success(t.now)
+        t.now += 1 / (limiter.rate or 1.0)
+    assert pace is not None and 20.0 <= pace <= 20.5  # refused as the pace passed the limit
+    assert limiter.ceiling == pytest.approx(pace * (1 - constants.RATE_MARGIN))  # (old: 18.6-18.9)
+    assert limiter.rate is not None and limiter.rate >= 0.95 * 20.0
+
+
+def test_case_a_lone_429_after_a_lull_under_the_settled_level_is_not_a_cut() -> None:
+    """20 req/s, burst 1, paced at 19.8 under a level of 20.2 found before: a batch ends, the
+    demand falls to a few requests, and a pair at the lull's end is refused. Too few answers
+    to measure: a rough cut (x 0.8) took the pace to 15.9 for seconds (traced). At a pace no
+    higher than the level settled, that lone 429 costs its pause, not the pace."""
+    t, limiter = _near_an_estimate(19.8, 20.2)
+    limiter.decreases = 3  # (cut on the way to it: not a night's start at a rate found before)
+    t.now += 5.0  # the lull: no answers for a while
+    for _ in range(3):  # a few answers, too few to measure
+        limiter.on_success(t.now)
+        t.now += 0.3
+    pace, ceiling = limiter.rate, limiter.ceiling  # (the few answers probed them up a little)
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is False  # (old: x 0.8)
+    assert (limiter.rate, limiter.ceiling) == (pace, ceiling)
+    # Above the level it is still a cut: the level may be too high.
+    t2, above = _near_an_estimate(21.0, 20.2)
+    above.decreases = 3
+    t2.now += 5.0
+    for _ in range(3):
+        above.on_success(t2.now)
+        t2.now += 0.3
+    assert above.on_rate_limited(started=t2.now, retry_after=1.0) is True
+    assert above.rate is not None and above.rate < 21.0
+
+
+def test_case_the_refusals_of_an_unpaced_discovery_do_not_count_in_the_share_of_a_pace() -> None:
+    """The night's first requests leave unpaced, in a bunch, and the bucket refuses most of it:
+    8 429s. Held in the tally for its 10 s, they made a lone 429 at a pace at the limit look like a
+    share refused above what is tolerated, a step back each (5-8 % at 20 req/s, burst 1, traced).
+    They say nothing of a pace: only the 429s of paced requests count, and one 429 among the ~200
+    answers of a pace at the limit is jitter, tolerated (a pause, no step)."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    sent = t.now
+    for _ in range(3):
+        limiter.on_success(t.now)
+    for _ in range(8):  # the unpaced bunch, refused
+        limiter.on_rate_limited(started=sent, retry_after=1.0)
+    assert limiter.rate is not None  # paced from here on
+    # Later, paced just under an estimate of 41, a lone 429 after 5 s of answers.
+    limiter.rate, limiter.ceiling, limiter._settled = 40.0, 41.0, 41.0
+    t.now = max(t.now, limiter.cooldown_until) + 0.5
+    _at_pace(t, limiter, 5.0)
+    assert limiter._tally_refused_share() == 0.0  # (old: 8 of the 212 answers)
+    pace = limiter.rate
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is False  # (old: a step)
+    assert limiter.rate == pace
