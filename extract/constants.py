@@ -72,6 +72,9 @@ ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 ACCEPT_WINDOW = 1.0  # seconds of accepted answers behind an estimate
 ACCEPT_MIN_SPAN = 0.5  # an estimate needs this many seconds of sending ...
 ACCEPT_MIN_COUNT = 10  # ... and this many accepted answers
+# At a pace of at least this, too few answers to measure means a lull in demand (a batch's end):
+# a lone 429 then, under the level settled, is no cut. Slower, a window never holds answers enough.
+LULL_MIN_RATE = 1.5 * ACCEPT_MIN_COUNT / ACCEPT_WINDOW
 # Before that, a young streak's share refused estimates the limit from at least this many
 # answers, and only while it holds at most this many 429s after its first: more are the requests
 # in flight when a slow start overshot (28 of 34 answers at 20 req/s, burst 20: a cut to 8 req/s).

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -60,13 +61,13 @@ class RateLimiter:
       and the rate we were sending at: we were above the limit, so the accepted rate is the
       limit (plus what its bucket held). The pace drops to ``ceiling x (1 - RATE_MARGIN)``,
       once per 429 episode, not halved on every 429. (The first 429 after a rough cut, at the top
-      of the climb back, is the pace passing the limit: the level is that pace, less the margin.) An *isolated* 429 (one in the last
-      second, two at a bucket known to hold one token, or under ``SUSTAINED_REFUSALS`` of its
-      answers) is jitter at a small bucket, not the pace: while such 429s stay under
-      ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the pause, above it
-      each is a small step back (of the estimate too). (The 429s of requests sent unpaced are
-      not in that tally: a discovery's bunch says nothing of a pace.) A lone 429 too soon after a
-      lull to measure anything, at a pace no higher than the level settled, costs only its pause.
+      of the climb back, is the pace passing the limit: the level is that pace, less the margin.)
+      An *isolated* 429 (one in the last second, two at a bucket known to hold one token, or
+      under ``SUSTAINED_REFUSALS`` of its answers) is jitter at a small bucket, not the pace: while
+      such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the
+      pause, above it each is a small step back (of the estimate too). (The 429s of requests sent unpaced are
+      not in that tally: a discovery's bunch says nothing of a pace.) A lone 429 too soon after
+      a lull to measure anything, at a pace no higher than the level settled, costs its pause.
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
@@ -135,8 +136,8 @@ class RateLimiter:
         # When the pace last grew fast, far under the estimate (or a rough cut's bound): a 429
         # within a window of it came at the top of a climb (see _on_rate_limited).
         self._ramped_at: float | None = None
-        # Since when the requests are paced (0: from the start; None: not yet).
-        self._paced_since: float | None = 0.0 if self.rate is not None else None
+        # Since when the requests are paced (-inf: from the start; None: not yet).
+        self._paced_since: float | None = -math.inf if self.rate is not None else None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
         # what the server accepted per second of sending (the estimate of its limit).
@@ -290,7 +291,7 @@ class RateLimiter:
             # and held in the tally for 10 s it stepped a pace at the limit back 5-8 %, traced.)
             self._tally_answer(now, refused=1)
         accepted = self._accepted_rate(now)
-        share = self._tally_refused_share()  # of the last TALLY_SECONDS' answers, this one counted
+        share = self._tally_refused_share()  # of the last TALLY_SECONDS' answers (this one, if paced)
         # Paced at an estimate, yet refused. (In the slow start, before any estimate, the first
         # 429 is the limit found, not jitter.) Under a limit the server announced, a few 429s at
         # once are also jitter while they stay a small share of the last TALLY_SECONDS: arrivals
@@ -343,7 +344,11 @@ class RateLimiter:
                 # step the next came within the second, a streak: 49.98 -> 40.8 req/s, measured.)
                 return False
             settled = self._settled
-            if accepted is None and settled is not None and (self.decreases == 0 or (rate or 0.0) <= settled):
+            # Too few answers in the window although the pace would fill it: a lull in demand (at a
+            # pace under LULL_MIN_RATE a window never holds answers enough to measure).
+            lull = rate is not None and rate >= constants.LULL_MIN_RATE
+            under = rate is not None and settled is not None and rate <= settled
+            if accepted is None and settled is not None and (self.decreases == 0 or (lull and under)):
                 # Refused before answers enough to measure, at a pace no higher than a level settled
                 # before: a night paced from the start at a rate found before (or announced), whose
                 # first connections (set up while the first requests wait) bunch them at the server,
@@ -416,14 +421,18 @@ class RateLimiter:
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
             bound_only = self.ceiling is not None and self._settled is None
             if ramped and bound_only and sum(1 for t in self._refused if t > previous) == 1:
-                # The first 429 since a rough cut (which left only a bound: the pace then refused),
-                # at the top of the climb back from under the limit: the pace just passed it. The
-                # share refused since the cut is one answer among a few (a coarse 5-7 % at 20 req/s,
-                # burst 1: the estimate went that far under the limit, traced), and what was
-                # accepted is the climb's average: the level is the pace, less the margin. (Not in
-                # the slow start, x2.7 a second, which runs far past the limit before a bucket of 5
-                # refuses: 37 req/s for a limit of 20; nor after a cut to a level, which may have
-                # left the pace above the limit, traced.)
+                # The only 429 in the window since a rough cut (which left only a bound: the pace
+                # then refused), at the top of the fast climb back: the pace just passed the limit.
+                # The share refused since the cut is one answer among a few (a coarse 5-7 % at
+                # 20 req/s, burst 1: the estimate went that far under the limit, traced), and what
+                # was accepted is the climb's average: the level is the pace, less the margin.
+                # (Not in the slow start, with no bound, x2.7 a second, which runs far past the
+                # limit before a bucket of 5 refuses: 37 req/s for a limit of 20; nor after a cut
+                # to a level, which may have left the pace above the limit, traced. A rough cut
+                # from over 1.25x the limit leaves the pace above it too: that level is high, and
+                # the 429s that follow at once, a streak, measure the limit. At a long round trip
+                # the climb went on after the refused request left, up to 4 % at 200 ms: the
+                # pace it left at is not kept per request, and 20/1/200 ms read 94-97 %.)
                 level = max(level, rate * (1 - constants.RATE_MARGIN))
             self.ceiling = self._settled = level
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))

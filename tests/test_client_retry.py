@@ -687,6 +687,7 @@ def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() ->
     guessed = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     announced.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
     guessed.rate, guessed.ceiling = announced.rate, 40.0  # (an estimate of its own)
+    guessed._paced_since = t.now  # (paced: its 429s count in the tally)
     # ten seconds at the pace, two requests refused in the first nine
     answers_at_pace(announced, t.now, 400, refused_at=(100, 200))
     t.now = answers_at_pace(guessed, t.now, 400, refused_at=(100, 200))
@@ -1671,7 +1672,7 @@ def test_case_the_first_429_after_a_rough_cut_at_the_top_of_the_climb_sets_the_l
         limiter.on_success(t.now)
         t.now += 1 / (limiter.rate or 1.0)
     assert pace is not None and 20.0 <= pace <= 20.5  # refused as the pace passed the limit
-    assert limiter.ceiling == pytest.approx(pace * (1 - constants.RATE_MARGIN))  # (old: 18.6-18.9)
+    assert limiter.ceiling == pytest.approx(pace * (1 - constants.RATE_MARGIN))  # (old: 18.8)
     assert limiter.rate is not None and limiter.rate >= 0.95 * 20.0
 
 
@@ -1698,6 +1699,16 @@ def test_case_a_lone_429_after_a_lull_under_the_settled_level_is_not_a_cut() -> 
         t2.now += 0.3
     assert above.on_rate_limited(started=t2.now, retry_after=1.0) is True
     assert above.rate is not None and above.rate < 21.0
+    # And at a pace too slow to fill a window with answers (a limit of a few req/s) too few answers
+    # is every second, not a lull: a lone 429 there under the level is still a cut, or a level too
+    # high would never come down.
+    t3, slow = _near_an_estimate(5.0, 5.2)
+    slow.decreases = 3
+    t3.now += 5.0
+    for _ in range(3):
+        slow.on_success(t3.now)
+        t3.now += 0.2
+    assert slow.on_rate_limited(started=t3.now, retry_after=1.0) is True
 
 
 def test_case_the_refusals_of_an_unpaced_discovery_do_not_count_in_the_share_of_a_pace() -> None:
@@ -1709,16 +1720,17 @@ def test_case_the_refusals_of_an_unpaced_discovery_do_not_count_in_the_share_of_
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     sent = t.now
+    t.now += 0.05  # (the bunch's answers come a moment after it left)
     for _ in range(3):
         limiter.on_success(t.now)
     for _ in range(8):  # the unpaced bunch, refused
         limiter.on_rate_limited(started=sent, retry_after=1.0)
-    assert limiter.rate is not None  # paced from here on
-    # Later, paced just under an estimate of 41, a lone 429 after 5 s of answers.
+    assert limiter.rate is not None and limiter.decreases == 1  # paced from here on (one episode)
+    # Later, paced just under an estimate of 41, a lone 429 after 6 s of answers.
     limiter.rate, limiter.ceiling, limiter._settled = 40.0, 41.0, 41.0
     t.now = max(t.now, limiter.cooldown_until) + 0.5
-    _at_pace(t, limiter, 5.0)
-    assert limiter._tally_refused_share() == 0.0  # (old: 8 of the 212 answers)
+    _at_pace(t, limiter, 6.0)
+    assert limiter._tally_refused_share() == 0.0  # (old: 8 of the 252 answers)
     pace = limiter.rate
     assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is False  # (old: a step)
     assert limiter.rate == pace
