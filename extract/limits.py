@@ -65,9 +65,10 @@ class RateLimiter:
       An *isolated* 429 (one in the last second, two at a bucket known to hold one token, or
       under ``SUSTAINED_REFUSALS`` of its answers) is jitter at a small bucket, not the pace: while
       such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the
-      pause, above it each is a small step back (of the estimate too). (The 429s of requests sent unpaced are
-      not in that tally: a discovery's bunch says nothing of a pace.) A lone 429 too soon after
-      a lull to measure anything, at a pace no higher than the level settled, costs its pause.
+      pause, above it each is a small step back (of the estimate too). (The 429s of requests sent
+      unpaced are not in that tally: a discovery's bunch says nothing of a pace.) A lone 429 too
+      soon after a lull to measure anything, at a pace no higher than the level settled, costs
+      its pause.
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
@@ -316,7 +317,6 @@ class RateLimiter:
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
         previous = self._last_decrease
-        ramped = self._ramped_at is not None and now - self._ramped_at < constants.ACCEPT_WINDOW
         if isolated:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
             # end, timer jitter, a moment of low demand then a burst), not a pace above its
@@ -346,9 +346,8 @@ class RateLimiter:
             settled = self._settled
             # Too few answers in the window although the pace would fill it: a lull in demand (at a
             # pace under LULL_MIN_RATE a window never holds answers enough to measure).
-            lull = rate is not None and rate >= constants.LULL_MIN_RATE
-            under = rate is not None and settled is not None and rate <= settled
-            if accepted is None and settled is not None and (self.decreases == 0 or (lull and under)):
+            lull = rate is not None and settled is not None and constants.LULL_MIN_RATE <= rate <= settled
+            if accepted is None and settled is not None and (self.decreases == 0 or lull):
                 # Refused before answers enough to measure, at a pace no higher than a level settled
                 # before: a night paced from the start at a rate found before (or announced), whose
                 # first connections (set up while the first requests wait) bunch them at the server,
@@ -419,6 +418,7 @@ class RateLimiter:
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
+            ramped = self._ramped_at is not None and now - self._ramped_at < constants.ACCEPT_WINDOW
             bound_only = self.ceiling is not None and self._settled is None
             if ramped and bound_only and sum(1 for t in self._refused if t > previous) == 1:
                 # The only 429 in the window since a rough cut (which left only a bound: the pace

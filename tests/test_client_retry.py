@@ -1676,38 +1676,35 @@ def test_case_the_first_429_after_a_rough_cut_at_the_top_of_the_climb_sets_the_l
     assert limiter.rate is not None and limiter.rate >= 0.95 * 20.0
 
 
+def _a_few_answers_after_a_lull(rate: float, level: float, spacing: float) -> tuple[FakeTime, RateLimiter]:
+    """A limiter pacing at ``rate`` under a ``level`` settled by earlier cuts, after 5 s without
+    answers (a batch's end), then three answers ``spacing`` s apart: too few to measure."""
+    t, limiter = _near_an_estimate(rate, level)
+    limiter.decreases = 3  # (cut on the way to it: not a night's start at a rate found before)
+    t.now += 5.0
+    for _ in range(3):
+        limiter.on_success(t.now)
+        t.now += spacing
+    return t, limiter
+
+
 def test_case_a_lone_429_after_a_lull_under_the_settled_level_is_not_a_cut() -> None:
     """20 req/s, burst 1, paced at 19.8 under a level of 20.2 found before: a batch ends, the
     demand falls to a few requests, and a pair at the lull's end is refused. Too few answers
     to measure: a rough cut (x 0.8) took the pace to 15.9 for seconds (traced). At a pace no
     higher than the level settled, that lone 429 costs its pause, not the pace."""
-    t, limiter = _near_an_estimate(19.8, 20.2)
-    limiter.decreases = 3  # (cut on the way to it: not a night's start at a rate found before)
-    t.now += 5.0  # the lull: no answers for a while
-    for _ in range(3):  # a few answers, too few to measure
-        limiter.on_success(t.now)
-        t.now += 0.3
+    t, limiter = _a_few_answers_after_a_lull(19.8, 20.2, spacing=0.3)
     pace, ceiling = limiter.rate, limiter.ceiling  # (the few answers probed them up a little)
     assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is False  # (old: x 0.8)
     assert (limiter.rate, limiter.ceiling) == (pace, ceiling)
     # Above the level it is still a cut: the level may be too high.
-    t2, above = _near_an_estimate(21.0, 20.2)
-    above.decreases = 3
-    t2.now += 5.0
-    for _ in range(3):
-        above.on_success(t2.now)
-        t2.now += 0.3
+    t2, above = _a_few_answers_after_a_lull(21.0, 20.2, spacing=0.3)
     assert above.on_rate_limited(started=t2.now, retry_after=1.0) is True
     assert above.rate is not None and above.rate < 21.0
     # And at a pace too slow to fill a window with answers (a limit of a few req/s) too few answers
     # is every second, not a lull: a lone 429 there under the level is still a cut, or a level too
     # high would never come down.
-    t3, slow = _near_an_estimate(5.0, 5.2)
-    slow.decreases = 3
-    t3.now += 5.0
-    for _ in range(3):
-        slow.on_success(t3.now)
-        t3.now += 0.2
+    t3, slow = _a_few_answers_after_a_lull(5.0, 5.2, spacing=0.2)
     assert slow.on_rate_limited(started=t3.now, retry_after=1.0) is True
 
 
