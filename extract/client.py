@@ -265,7 +265,6 @@ class _Prepared:
     endpoint: Endpoint
     url: httpx.URL  # absolute, without query
     yurl: yarl.URL  # the same for the direct aiohttp path
-    raw_url: str  # the same, percent-encoded, to append an encoded query to
     wrapper: str | None
     names: dict[str, str]  # logical param -> wire param, percent-encoded
     convert: Callable[[Any], Any] | None  # wire item -> logical item; None = identical
@@ -326,6 +325,13 @@ def _converter(profile: Profile, record: str | None) -> Callable[[Any], Any] | N
         return item
 
     return convert
+
+
+def _query_value(value: Any) -> str:
+    """A query parameter's value, percent-encoded."""
+    if type(value) is int:
+        return str(value)  # digits and "-": nothing to encode
+    return quote(_wire_value(value), safe="")
 
 
 def _wire_value(value: Any) -> str:
@@ -449,7 +455,6 @@ class ServiceClient:
             endpoint=ep,
             url=httpx.URL(self.base_url + ep.path),
             yurl=yurl,
-            raw_url=str(yurl),
             wrapper=self.profile.wrapper(ep),
             names=names,
             convert=_converter(self.profile, ep.record if ep.method == "GET" else ep.name),
@@ -477,7 +482,8 @@ class ServiceClient:
         if ep.kind == "search":
             page = params.pop("page", None) or self.paging.first()
             return await self.search_page(page, params.pop("pageSize", None), **params)
-        return await self._get(ep, **params)
+        # (the request loop awaited here, not in a coroutine of _get's: one frame less per resume)
+        return await self._call(prep, self._query_url(prep, params), None, None)
 
     async def post(self, endpoint_name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Any write endpoint by logical name; the answer object (logical names)."""
@@ -487,20 +493,31 @@ class ServiceClient:
         result: dict[str, Any] = await self._post(ep, body)
         return result
 
-    async def _get(self, ep: Endpoint, **params: Any) -> Any:
+    def _get(self, ep: Endpoint, **params: Any) -> Awaitable[Any]:
+        """The GET's request loop (a coroutine to await)."""
         prep = self._prepared[ep.name]
+        return self._call(prep, self._query_url(prep, params), None, None)
+
+    def _query_url(self, prep: _Prepared, params: Mapping[str, Any]) -> httpx.URL | yarl.URL:
         names = prep.names
         # The query is encoded here, once, and joined to the endpoint's parsed URL: handing
         # httpx a URL string costs a parse (~35 us), ``params=`` three.
-        query = "&".join(
-            f"{names[k]}={quote(_wire_value(v), safe='')}" for k, v in params.items() if v is not None
+        query = "&".join([f"{names[k]}={_query_value(v)}" for k, v in params.items() if v is not None])
+        if not query:
+            return prep.yurl if self._direct is not None else prep.url
+        if self._direct is None:
+            return _with_query(prep.url, query)
+        # Already encoded: yarl must not quote it again. Built from the endpoint's parts, not
+        # parsed from a string: every request's URL is new, so yarl's parse cache never hits
+        # (1.3 us against 3.7 us a URL).
+        yurl = prep.yurl
+        return yarl.URL.build(
+            scheme=yurl.scheme,
+            authority=yurl.raw_authority,
+            path=yurl.raw_path,
+            query_string=query,
+            encoded=True,
         )
-        url: httpx.URL | yarl.URL
-        if self._direct is not None:  # already encoded: yarl must not quote it again
-            url = yarl.URL(f"{prep.raw_url}?{query}", encoded=True) if query else prep.yurl
-        else:
-            url = _with_query(prep.url, query) if query else prep.url
-        return await self._call(prep, url, None, None)
 
     async def _post(self, ep: Endpoint, body: Mapping[str, Any]) -> Any:
         prep = self._prepared[ep.name]

@@ -136,6 +136,53 @@ def test_case_outside_cancellation_stays_a_cancellation() -> None:
     asyncio.run(scenario())
 
 
+def test_case_a_deadline_and_an_outside_cancellation_together_stay_a_cancellation() -> None:
+    """Cancelled from outside in the same moment the deadline expired the attempt: a caller that
+    cancels (Ctrl-C, a failing night) must see its cancellation, not a retryable timeout."""
+
+    async def scenario() -> None:
+        deadlines = Deadlines(read_timeout=5, request_timeout=5)
+        entered = asyncio.Event()
+
+        async def attempt() -> None:
+            async with deadlines.attempt() as watch:
+                watches.append(watch)
+                entered.set()
+                await asyncio.sleep(30)
+
+        watches: list[Any] = []
+        task = asyncio.create_task(attempt())
+        await entered.wait()
+        watches[0].expire()  # the deadline's cancellation...
+        task.cancel()  # ...and the caller's
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+
+
+def test_case_attempts_after_a_timeout_in_the_same_task_time_out_again_and_finish() -> None:
+    """A retry runs in the task whose attempt timed out: the timeout's cancellation is withdrawn
+    (the task's count balances), so the next timeout is a timeout again, and an attempt in time
+    is not cancelled."""
+
+    async def scenario() -> list[str]:
+        deadlines = Deadlines(read_timeout=0.1, request_timeout=0.2)
+        outcomes = []
+        for sleep_s in (5.0, 5.0, 0.01):
+            try:
+                async with deadlines.attempt():
+                    await asyncio.sleep(sleep_s)
+                outcomes.append("done")
+            except TimeoutError:
+                outcomes.append("timeout")
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        return outcomes
+
+    assert asyncio.run(scenario()) == ["timeout", "timeout", "done"]
+
+
 def test_case_many_attempts_arm_one_timer_not_one_each() -> None:
     """The point of the module: 500 attempts (100 at a time) schedule a few ticks, not 500 timers."""
     loop = asyncio.new_event_loop()
