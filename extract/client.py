@@ -482,8 +482,7 @@ class ServiceClient:
         if ep.kind == "search":
             page = params.pop("page", None) or self.paging.first()
             return await self.search_page(page, params.pop("pageSize", None), **params)
-        # (the request loop awaited here, not in a coroutine of _get's: one frame less per resume)
-        return await self._call(prep, self._query_url(prep, params), None, None)
+        return await self._get(ep, **params)  # (_get is no coroutine: no frame of its own per resume)
 
     async def post(self, endpoint_name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Any write endpoint by logical name; the answer object (logical names)."""

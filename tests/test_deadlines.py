@@ -10,6 +10,7 @@ against a server that stalls or trickles).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -167,9 +168,9 @@ def test_case_attempts_after_a_timeout_in_the_same_task_time_out_again_and_finis
     is not cancelled."""
 
     async def scenario() -> list[str]:
-        deadlines = Deadlines(read_timeout=0.1, request_timeout=0.2)
+        deadlines = Deadlines(read_timeout=0.3, request_timeout=0.6)
         outcomes = []
-        for sleep_s in (5.0, 5.0, 0.01):
+        for sleep_s in (5.0, 5.0, 0.001):
             try:
                 async with deadlines.attempt():
                     await asyncio.sleep(sleep_s)
@@ -181,6 +182,82 @@ def test_case_attempts_after_a_timeout_in_the_same_task_time_out_again_and_finis
         return outcomes
 
     assert asyncio.run(scenario()) == ["timeout", "timeout", "done"]
+
+
+async def _expired_attempt(deadlines: Deadlines, body: Any) -> None:
+    """An attempt whose deadline expires while it waits, then ``body(cancelled_error)``."""
+    async with deadlines.attempt() as watch:
+        asyncio.get_running_loop().call_soon(watch.expire)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError as cancelled:
+            body(cancelled)
+
+
+def test_case_an_expired_attempt_that_swallows_its_cancellation_ends_normally_and_balanced() -> None:
+    """An attempt's own code caught the deadline's cancellation and returned: no TimeoutError out
+    of thin air, and the task is no longer marked as being cancelled (asyncio.Timeout's way)."""
+
+    async def scenario() -> int:
+        await _expired_attempt(Deadlines(read_timeout=5, request_timeout=5), lambda _: None)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_case_an_expired_attempt_that_fails_otherwise_keeps_its_own_error() -> None:
+    """The deadline fired, but the attempt ended in an error of its own: that error comes out,
+    not a TimeoutError, and the task's cancellation count balances."""
+
+    def fail(_: BaseException) -> None:
+        raise ValueError("the attempt's own error")
+
+    async def scenario() -> int:
+        with pytest.raises(ValueError, match="own error"):
+            await _expired_attempt(Deadlines(read_timeout=5, request_timeout=5), fail)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_case_a_cancellation_asked_before_the_attempt_is_not_the_deadlines() -> None:
+    """A task already asked to cancel (caught, not withdrawn: cancelling() is 1) starts an
+    attempt that times out: that is a TimeoutError, and the earlier request stays pending."""
+
+    async def scenario() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # caught, not uncancelled
+            await asyncio.sleep(0)
+        assert task.cancelling() == 1
+        with pytest.raises(TimeoutError):
+            async with Deadlines(read_timeout=0.2, request_timeout=5).attempt():
+                await asyncio.sleep(30)
+        return task.cancelling()
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_case_a_watch_is_entered_once_and_expiring_it_after_its_exit_does_nothing() -> None:
+    async def scenario() -> int:
+        watch = Deadlines(read_timeout=5, request_timeout=5).attempt()
+        async with watch:
+            pass
+        watch.expire()  # late: the attempt is over, nothing to cancel
+        await asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match="entered once"):
+            async with watch:
+                pass
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    assert asyncio.run(scenario()) == 0
 
 
 def test_case_many_attempts_arm_one_timer_not_one_each() -> None:
