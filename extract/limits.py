@@ -114,7 +114,9 @@ class RateLimiter:
         # The level the last cut settled on: the probe raises ``ceiling`` past it, unrefused.
         self._settled: float | None = initial
         start = initial * (1 - constants.RATE_MARGIN) if initial and adaptive else None
-        self.rate: float | None = self._capped(start) if start else cap  # None = unlimited
+        self._rate: float | None = self._capped(start) if start else cap  # None = unlimited
+        # Since when the requests are paced (-inf: from the start; None: not yet; see ``rate``).
+        self._paced_since: float | None = -math.inf if self._rate is not None else None
         # Intervals a request may leave early (timer jitter), 0 after a 429; none at a rate a
         # previous night found: it is the server's, and a one-token bucket refused the pair that
         # left 0.4 ms apart at a night's start (traced).
@@ -137,8 +139,6 @@ class RateLimiter:
         # When the pace last grew fast, far under the estimate (or a rough cut's bound): a 429
         # within a window of it came at the top of a climb (see _on_rate_limited).
         self._ramped_at: float | None = None
-        # Since when the requests are paced (-inf: from the start; None: not yet).
-        self._paced_since: float | None = -math.inf if self.rate is not None else None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
         # what the server accepted per second of sending (the estimate of its limit).
@@ -158,6 +158,19 @@ class RateLimiter:
         self._window_start: float | None = None
         self._window_count = 0
         self.throughput = 0.0
+
+    @property
+    def rate(self) -> float | None:
+        """The pace in req/s; None while unlimited."""
+        return self._rate
+
+    @rate.setter
+    def rate(self, value: float | None) -> None:
+        # The first pace marks when pacing began: the 429s of requests sent before it (a
+        # discovery's unpaced bunch) say nothing of a pace and stay out of the tally.
+        if value is not None and self._paced_since is None:
+            self._paced_since = self._clock()
+        self._rate = value
 
     @property
     def found(self) -> float | None:
@@ -187,7 +200,7 @@ class RateLimiter:
         Waiters queue (FIFO) and only the head sleeps, for its own slot: slots are not booked
         ahead, so a rate that grows (or a pause that begins) applies to every waiter at once.
         """
-        if self.rate is None and self.cooldown_until <= self._clock():
+        if self._rate is None and self.cooldown_until <= self._clock():
             return  # unlimited, no pause: the fast path
         async with self._queue:
             clock, sleep = self._clock, self._sleep
@@ -197,7 +210,7 @@ class RateLimiter:
                 if pause > 0:
                     await sleep(pause)
                     continue
-                rate = self.rate
+                rate = self._rate
                 if rate is None:
                     return
                 interval = 1.0 / rate
@@ -241,7 +254,7 @@ class RateLimiter:
             if elapsed >= constants.THROUGHPUT_WINDOW:
                 self.throughput = self._window_count / elapsed
                 self._window_start, self._window_count = now, 0
-        rate = self.rate
+        rate = self._rate
         if rate is None or not self.adaptive:
             return
         last, self._last_grow = self._last_grow, now
@@ -276,10 +289,7 @@ class RateLimiter:
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
-        cut = self._on_rate_limited(now, started, retry_after)
-        if self._paced_since is None and self.rate is not None:
-            self._paced_since = now
-        return cut
+        return self._on_rate_limited(now, started, retry_after)
 
     def _on_rate_limited(self, now: float, started: float, retry_after: float | None) -> bool:
         overshoot = self._overshoot(now)
@@ -472,8 +482,6 @@ class RateLimiter:
             self.ceiling = self._settled = limit.rate
             self.rate = self._capped(self.rate if self.rate is not None else self.announced)
             self._early = 0.0
-            if self._paced_since is None:
-                self._paced_since = now
         if limit.remaining is not None and limit.remaining <= 0:
             reset = limit.reset if limit.reset is not None else 0.0
             # An empty quota pauses everyone until it resets, unless we already pace at the

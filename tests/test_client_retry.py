@@ -687,7 +687,6 @@ def test_an_isolated_429_under_an_announced_limit_pauses_but_keeps_its_pace() ->
     guessed = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     announced.on_announced(RateAnnouncement(rate=40.0, remaining=2.0, reset=0.05))
     guessed.rate, guessed.ceiling = announced.rate, 40.0  # (an estimate of its own)
-    guessed._paced_since = t.now  # (paced: its 429s count in the tally)
     # ten seconds at the pace, two requests refused in the first nine
     answers_at_pace(announced, t.now, 400, refused_at=(100, 200))
     t.now = answers_at_pace(guessed, t.now, 400, refused_at=(100, 200))
@@ -992,7 +991,6 @@ def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.rate = 10.0  # after a first cut, no estimate yet
-    limiter._paced_since = t.now
     while limiter.rate < 20.5:  # answers at the pace while it doubles every second
         limiter.on_success(t.now)
         t.now += 1 / limiter.rate
@@ -1009,7 +1007,6 @@ def _near_an_estimate(rate: float, ceiling: float) -> tuple[FakeTime, RateLimite
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.rate, limiter.ceiling = rate, ceiling
     limiter._settled = ceiling  # (an estimate settles a level; a rough cut leaves only a bound)
-    limiter._paced_since = t.now  # (its 429s are a pace's, counted in the tally)
     limiter._last_refusal = t.now  # the 429 that gave the estimate
     return t, limiter
 
@@ -1659,7 +1656,6 @@ def test_case_the_first_429_after_a_rough_cut_at_the_top_of_the_climb_sets_the_l
     t = FakeTime()
     limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
     limiter.rate = 21.2  # paced (the slow start), no estimate yet
-    limiter._paced_since = t.now
     assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is True  # no answers: rough
     assert limiter._settled is None and limiter.ceiling == pytest.approx(21.2)
     bucket = _Bucket(20.0, 1.0, t.now)
