@@ -2,7 +2,8 @@
 
 A benchmark may import from every layer; no product code imports a benchmark except the
 ``membersync bench`` command in ``flows/cli.py``, inside the command (``tests/test_import_graph.py``
-checks this). The figures and their targets: README.md, "Benchmarks".
+checks this). The figures and their targets: README.md, "Benchmarks"; every earlier
+measurement: HISTORY.md beside this file.
 
 - :mod:`.sync`: the nightly sync, the sandbox in its own process and the sync in a child
   process: throughput, our CPU per request, 429s, peak RSS, Prefect's overhead; politeness at
