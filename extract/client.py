@@ -12,10 +12,10 @@
 Every method is a one-liner over :meth:`ServiceClient._get` / :meth:`ServiceClient._post`
 with its :class:`~membersync.extract.catalogue.Endpoint`; what differs between endpoints
 (path, parameters, wrapper key, record type) is data, in the catalogue and the tenant
-profile. One request goes: concurrency slot -> rate slot (both adaptive, see
-:mod:`membersync.extract.limits`) -> httpx -> status check -> orjson -> unwrap -> rename to
-logical names (skipped when the profile is the contract's). Failures become the typed
-errors of :mod:`membersync.extract.errors` and are retried as
+profile. One request goes: concurrency slot -> (the caller's gate, if any) -> rate slot (both
+slots adaptive, see :mod:`membersync.extract.limits`) -> aiohttp (or httpx) -> status check ->
+orjson -> unwrap -> rename to logical names (skipped when the profile is the contract's).
+Failures become the typed errors of :mod:`membersync.extract.errors` and are retried as
 :mod:`membersync.extract.retry` decides.
 
 Credentials travel only in the Authorization header (HTTP Basic): never in a URL, a log line or an

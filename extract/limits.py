@@ -5,11 +5,11 @@ credential (a token bucket; beyond it, 429 with ``Retry-After``). We do not know
 so we find it, and stay just under it:
 
 - :class:`RateLimiter` paces requests with a client-side token bucket (GCRA: one
-  "theoretical arrival time", no background task) at ``rate`` req/s. The rate is adapted
-  AIMD-style: unlimited (or the explicit cap) until the first 429, then cut to
-  ``RATE_DECREASE`` x the throughput just seen, once per 429 episode; each success adds
-  ``RATE_INCREASE`` req/s (about +2 %/s, faster the longer no 429 came), but only while the
-  rate is what holds us back.
+  "theoretical arrival time", no background task) at ``rate`` req/s. The rate is found:
+  unlimited (or the explicit cap, or the rate a previous night found) until the first 429,
+  then ``RATE_MARGIN`` under what the server accepted, once per 429 episode (``RATE_DECREASE``
+  x what we sent only when too few answers came to measure); from there it probes upward per
+  second (``RATE_PROBE_*``), slowly near the estimate, only while the rate is what holds us back.
   A ``Retry-After`` pauses **every** request (a shared cool-down), not just the one that
   was refused: the server said it is out of tokens for everyone.
 - :class:`AdaptiveConcurrency` bounds the requests in flight; it shrinks on a 429 and
@@ -48,11 +48,12 @@ class RateLimiter:
     """Client-side rate (req/s): found from what the server accepts, paced smoothly.
 
     * **Pacing** (GCRA): one request every ``1/rate`` s. Before the first 429 a request may
-      leave one interval early (timer jitter), and one woken late keeps the schedule (the next
-      leaves on time); after a 429 on a pair that caught up so, neither: a server whose bucket
-      holds a single token refuses any two requests closer than its interval. A late wake-up is
-      then pace lost, so the last ``SETTLE_WAIT`` of each wait is slept off the loop's timer
-      (which is ~1 ms late), and each later lone 429 steps the pace back a little.
+      leave one interval early (timer jitter); after any 429 that is acted on, none does. One
+      woken late keeps the schedule (the next leaves on time) until a 429 on a pair that caught
+      up so, at a pace of at most ``CATCH_UP_KEPT_ABOVE``: a server whose bucket holds a single
+      token refuses any two requests closer than its interval. A late wake-up is then pace lost,
+      so the last ``SETTLE_WAIT`` of each wait is slept off the loop's timer (which is ~1 ms
+      late), and each later lone 429 steps the pace back a little.
     * **Finding the limit**: unlimited (or the explicit cap, or the rate a previous night
       found: ``initial``) until the first 429. Unpaced, requests leave in bunches, so that
       first 429 only sets the pace at what was accepted (a floor: no estimate yet) and the
@@ -65,10 +66,10 @@ class RateLimiter:
       An *isolated* 429 (one in the last second, two at a bucket known to hold one token, or
       under ``SUSTAINED_REFUSALS`` of its answers) is jitter at a small bucket, not the pace: while
       such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the
-      pause, above it each is a small step back (of the estimate too). (The 429s of requests sent
-      unpaced are not in that tally: a discovery's bunch says nothing of a pace.) A lone 429 too
-      soon after a lull to measure anything, at a pace no higher than the level settled, costs
-      its pause.
+      pause, above it each is a small step back (and above twice it, of the estimate too). (The
+      429s of requests sent unpaced are not in that tally: a discovery's bunch says nothing of a
+      pace.) A lone 429 too soon after a lull to measure anything, at a pace of at least
+      ``LULL_MIN_RATE`` and no higher than the level settled, costs its pause.
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
@@ -79,13 +80,14 @@ class RateLimiter:
       cycle in seconds would refuse a larger share of the answers (1 % at 20 req/s, measured).
       The probe only runs while the rate is what holds us back.
     * **A server that announces its limit** (:meth:`on_announced`) is obeyed exactly: its rate
-      becomes the cap, and an exhausted quota pauses every request until it resets.
+      less ``ANNOUNCED_MARGIN`` becomes the cap, and an exhausted quota pauses every request
+      until it resets.
     * The refused request waits its ``Retry-After``; every other request pauses too (a shared
       cool-down): for the whole ``Retry-After`` when it is long (the server is out for a
-      while), for two intervals at the new pace when it is a token bucket's rounded-up second.
-      Unpaced, a pause is never shorter than ``MIN_PAUSE``, so a ``Retry-After: 0`` or a date
-      in the past cannot make us spin; paced, the pace keeps us from spinning (and 50 ms a
-      429 would cost a quarter of the pace at 500 req/s).
+      while), for two intervals at the pace the 429 was sent at when it is a token bucket's
+      rounded-up second. Unpaced, a pause is never shorter than ``MIN_PAUSE``, so a
+      ``Retry-After: 0`` or a date in the past cannot make us spin; paced, the pace keeps us from
+      spinning (and 50 ms a 429 would cost a quarter of the pace at 500 req/s).
     """
 
     def __init__(
@@ -314,8 +316,9 @@ class RateLimiter:
         isolated = (
             self.ceiling is not None and self.rate is not None and (self._isolated_refusal(now) or bunched)
         )
-        # Paced, the pause is two intervals even after a Retry-After of 0: the pace keeps us from
-        # spinning, and each 429's MIN_PAUSE would cost a quarter of the pace at 500 req/s.
+        # Paced, even a Retry-After of 0 pauses two intervals, or MIN_PAUSE when that is shorter:
+        # the pace keeps us from spinning, and each 429's MIN_PAUSE would cost a quarter of the
+        # pace at 500 req/s.
         floor = min(constants.MIN_PAUSE, 2.0 / self.rate) if self.rate is not None else constants.MIN_PAUSE
         pause = self._shared_pause(retry_after)
         self._pause(now, pause, floor)
@@ -465,8 +468,9 @@ class RateLimiter:
         A long ``Retry-After`` means the server is out for a while (a quota window, trouble):
         everyone waits it out. A short one from a token bucket (whole seconds, rounded up from
         a few milliseconds) says the bucket is empty *now*: a pause of two intervals at the
-        lowered pace lets it refill, and the request that was refused still waits the full
-        ``Retry-After`` before it is sent again.
+        pace (the one the 429 was sent at: the cut, if any, comes after) lets it refill, and
+        the request that was refused still waits the full ``Retry-After`` before it is sent
+        again.
         """
         if retry_after is None:
             return 0.0
