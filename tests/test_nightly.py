@@ -164,6 +164,8 @@ def test_a_client_that_cannot_be_fetched_fails_the_batch_naming_it(fresh_sandbox
     text = str(caught.value)
     assert "batch 00000" in text and "client 99999999" in text and "404" in text
     assert f"client {known}" not in text
+    named = [text.index(f"{name}: HTTP 404") for name in B.FANOUT_ENDPOINTS]
+    assert named == sorted(named)  # every read that failed, in read order
 
 
 def test_case_a_batch_sets_up_its_clients_a_few_at_a_time_and_the_earlier_batch_ends_first(
