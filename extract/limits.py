@@ -139,7 +139,7 @@ class RateLimiter:
         self.latency = 0.0  # seconds, a moving average of the successes' latency
         self._last_grow: float | None = None
         # When the pace last grew fast, far under the estimate (or a rough cut's bound): a 429
-        # within a window of it came at the top of a climb (see _on_rate_limited).
+        # within a window of it came at the top of a climb (see on_rate_limited).
         self._ramped_at: float | None = None
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
@@ -291,9 +291,6 @@ class RateLimiter:
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``. Returns True when the rate was cut."""
         now = self._clock()
-        return self._on_rate_limited(now, started, retry_after)
-
-    def _on_rate_limited(self, now: float, started: float, retry_after: float | None) -> bool:
         overshoot = self._overshoot(now)
         if self._last_refusal is None or now - self._last_refusal > constants.ACCEPT_WINDOW:
             self._streak_start = now  # the first 429 after a quiet second: the bucket is empty
