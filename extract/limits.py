@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from membersync.extract import constants
+from membersync.extract import constants, eventloop
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -50,10 +50,13 @@ class RateLimiter:
     * **Pacing** (GCRA): one request every ``1/rate`` s. Before the first 429 a request may
       leave one interval early (timer jitter); after any 429 that is acted on, none does. One
       woken late keeps the schedule (the next leaves on time) until a 429 on a pair that caught
-      up so, at a pace of at most ``CATCH_UP_KEPT_ABOVE``: a server whose bucket holds a single
-      token refuses any two requests closer than its interval. A late wake-up is then pace lost,
-      so the last ``SETTLE_WAIT`` of each wait is slept off the loop's timer (which is ~1 ms
-      late), and each later lone 429 steps the pace back a little.
+      up so: a server whose bucket holds a single token refuses any two requests closer than
+      its interval. A late wake-up is then pace lost, and each later lone 429 steps the pace
+      back a little. So catching up stops only where a late wake-up is a small share of the
+      interval: on the night's own event loop (:mod:`membersync.extract.eventloop`), whose
+      timer fires ~0.15 ms late (p50), at a pace of at most ``CATCH_UP_KEPT_ABOVE_PRECISE``;
+      on asyncio's default loop, ~1 ms late, at most ``CATCH_UP_KEPT_ABOVE``, and there the
+      last ``SETTLE_WAIT`` of each wait is slept off the loop's timer.
     * **Finding the limit**: unlimited (or the explicit cap, or the rate a previous night
       found: ``initial``) until the first 429. Unpaced, requests leave in bunches, so that
       first 429 only sets the pace at what was accepted (a floor: no estimate yet) and the
@@ -111,6 +114,9 @@ class RateLimiter:
         # Sleeps the last moment of a wait without the event loop (see wait_turn); only beside the
         # real clock: an injected ``sleep`` (a test's) is the only way its time passes.
         self._settle = settle if settle is not None else (time.sleep if sleep is asyncio.sleep else None)
+        # Does the loop's timer fire when due (extract/eventloop.py)? Then no wait is slept blocking,
+        # and catching up stops up to a higher pace. Known at the first wait.
+        self._precise_timers: bool | None = None
         self.announced: float | None = None  # the server's own word (RateLimit-* headers)
         self.ceiling: float | None = initial  # the server's rate as estimated at the last 429
         # The level the last cut settled on: the probe raises ``ceiling`` past it, unrefused.
@@ -206,6 +212,8 @@ class RateLimiter:
             return  # unlimited, no pause: the fast path
         async with self._queue:
             clock, sleep = self._clock, self._sleep
+            if self._precise_timers is None:  # the first wait: on which loop?
+                self._precise_timers = eventloop.precise_timers(asyncio.get_running_loop())
             while True:
                 now = clock()
                 pause = self.cooldown_until - now
@@ -227,11 +235,12 @@ class RateLimiter:
                     self._granted.append(now)
                     return
                 wait, settle = go - now, self._settle
-                if self._catch_up == 0.0 and settle is not None:
-                    # Not catching up, a late wake-up is pace lost, and the loop's timer is ~1 ms
-                    # late (epoll rounds up to the next ms; 0.7 ms from its typical to its least,
-                    # 3.5 % of 50 req/s): the last moment is slept blocking, to ~0.1 ms. At most
-                    # SETTLE_WAIT per request, under CATCH_UP_KEPT_ABOVE req/s: a small share of the loop.
+                if self._catch_up == 0.0 and settle is not None and not self._precise_timers:
+                    # Not catching up, a late wake-up is pace lost, and asyncio's default timer is
+                    # ~1 ms late (epoll rounds up to the next ms; 0.7 ms from its typical to its
+                    # least, 3.5 % of 50 req/s): the last moment is slept blocking, to ~0.1 ms. At
+                    # most SETTLE_WAIT per request, under CATCH_UP_KEPT_ABOVE req/s: a small share
+                    # of the loop. (The night's own loop needs none of it: extract/eventloop.py.)
                     if wait <= constants.SETTLE_WAIT:
                         settle(wait)
                         continue
@@ -339,9 +348,9 @@ class RateLimiter:
             # Already sending no two requests closer than the interval (a one-token bucket refused
             # a close pair before): a lone 429 now is the pace at the limit, not a pair.
             one_token = self._one_token_bucket
-            close = (
-                rate is not None and rate <= constants.CATCH_UP_KEPT_ABOVE and self._sent_close(started, rate)
-            )
+            precise = self._precise_timers
+            kept_above = constants.CATCH_UP_KEPT_ABOVE_PRECISE if precise else constants.CATCH_UP_KEPT_ABOVE
+            close = rate is not None and rate <= kept_above and self._sent_close(started, rate)
             if close:
                 self._catch_up = 0.0
             rare = share < constants.REFUSALS_TOLERATED and not one_token

@@ -9,11 +9,11 @@ input (settings, ``--clients``, a data dir without a committed night).
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from pathlib import Path
 
+from membersync.extract import eventloop
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
@@ -78,7 +78,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
             if not holdings.known:
                 return _fail(f"nothing to audit: no committed night in {data_dir.root}", 2)
             sample = choose(holdings.known, wanted, options.audit, seed or label)
-            result = asyncio.run(_audit(settings, options, data_dir, holdings, sample))
+            result = eventloop.run(_audit(settings, options, data_dir, holdings, sample))
             report = A.write_report(data_dir, result, label)
             A.queue_for_resync(data_dir, result, label)
     except AlreadyRunning as exc:

@@ -11,12 +11,12 @@ repository. The demo always runs a *full* night (its sandbox is new each time).
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import datetime as dt
 import os
 from pathlib import Path
 
+from membersync.extract import eventloop
 from membersync.extract.settings import Settings
 from membersync.warehouse.paths import DEFAULT_DATA_DIR, DataDir
 from rich.console import Console
@@ -59,7 +59,7 @@ def run_demo(clients: int = 300) -> int:
         nightly.progress_factory = lambda: bar
         try:
             with night_api():  # PREFECT_API_URL's server, else one in this process
-                result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
+                result = eventloop.run(prefect_flow.nightly_sync(night=night, full=True))
         except Exception as exc:
             bar.close()
             err.print(f"[bold red]error:[/] the demo night failed: {nightly.unwrap(exc)}")

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from membersync.extract import eventloop
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
@@ -739,7 +740,7 @@ def run_night(
     interrupted run of the same night, commits, then builds the warehouse (unless
     ``options.build`` is off).
     """
-    return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
+    return eventloop.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
 
 
 # --- what the Prefect flow (membersync.flows.prefect_flow) needs from here -------------------------

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import itertools
 import logging
+import selectors
 import traceback
 from collections.abc import Awaitable, Callable, Container
 from email.utils import formatdate
@@ -21,7 +22,7 @@ from urllib.parse import quote, quote_plus
 import httpx
 import orjson
 import pytest
-from membersync.extract import catalogue, constants, errors, redact
+from membersync.extract import catalogue, constants, errors, eventloop, redact
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.limits import (
     AdaptiveConcurrency,
@@ -36,6 +37,9 @@ from membersync.flows.schedule import free_port
 
 WALL = 1_700_000_000.0
 USER, PASSWORD = "svc-user", "s3cret-PW/+x"
+
+
+epoll_only = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="epoll is Linux's")
 
 
 class FakeTime:
@@ -862,6 +866,69 @@ def test_case_without_catching_up_the_last_moment_of_a_wait_is_slept_off_the_loo
     catching_up = RateLimiter(cap=50.0, adaptive=False, clock=t.clock, sleep=t.sleep, settle=settle)
     run(send_paced(catching_up, t, 50))
     assert settled == []
+
+
+def _gaps(sent: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(sent)]
+
+
+def _one_token_429_at(rate: float, make_loop: object) -> tuple[float, list[float]]:
+    """A limiter at ``rate`` whose loop wakes late every third time; a 429 on the close pair that
+    catching up sent. Returns the interval and the gaps of the 40 requests after its pause."""
+    t = LateTime()
+    limiter = RateLimiter(cap=None, initial=rate, clock=t.clock, sleep=t.sleep)
+    limiter._early = 0.0  # (as after any 429: no slot taken early)
+    with asyncio.Runner(loop_factory=make_loop) as runner:  # type: ignore[arg-type]
+        interval = 1 / limiter.rate  # type: ignore[operator]
+        sent = runner.run(send_paced(limiter, t, 40))
+        gaps = _gaps(sent)
+        close = sent[gaps.index(min(gaps)) + 1]
+        assert min(gaps) < 0.7 * interval  # (a late wake-up did catch up: the pair)
+        limiter.on_rate_limited(started=close, retry_after=1.0)
+        t.now = limiter.cooldown_until
+        return 1 / limiter.rate, _gaps(runner.run(send_paced(limiter, t, 40)))  # type: ignore[operator]
+
+
+@epoll_only
+def test_case_at_200_req_s_a_429_on_a_close_pair_stops_catching_up_on_the_nights_loop_only() -> None:
+    """200 req/s at a one-token bucket. On asyncio's own loop a wake-up is up to 1 ms late, a
+    fifth of the interval: catching up is kept above CATCH_UP_KEPT_ABOVE, or each late wake-up
+    would be pace lost. On the night's loop a timer fires within ~0.25 ms (p99), so a 429 on a
+    close pair stops it there up to CATCH_UP_KEPT_ABOVE_PRECISE, and no two requests leave
+    closer than the interval. At 500 req/s (2 ms) it is kept on either loop: a late wake-up of
+    the night's loop (~0.15 ms) would be 7 % of the pace lost (a cell of burst 5 went 96 -> 93 %)."""
+    assert constants.CATCH_UP_KEPT_ABOVE < 200.0 <= constants.CATCH_UP_KEPT_ABOVE_PRECISE < 500.0
+    interval, after = _one_token_429_at(200.0, eventloop.new_event_loop)
+    assert min(after) >= 0.999 * interval
+    interval, after = _one_token_429_at(200.0, asyncio.new_event_loop)
+    assert min(after) < 0.7 * interval  # asyncio's own loop: still catching up
+    interval, after = _one_token_429_at(500.0, eventloop.new_event_loop)
+    assert min(after) < 0.7 * interval  # 500 req/s: catching up on the night's loop too
+
+
+@epoll_only
+def test_case_on_the_nights_loop_no_wait_is_slept_blocking() -> None:
+    """Not catching up, the limiter sleeps the last SETTLE_WAIT of a wait blocking on asyncio's
+    own loop (its timer rounds up to the next ms). The night's loop times that wait itself, and
+    other requests' answers are read meanwhile: nothing is slept blocking."""
+    settled: list[float] = []
+
+    def paced(make_loop: object) -> None:
+        t = LateTime()
+
+        def settle(seconds: float) -> None:
+            settled.append(seconds)
+            t.now += seconds
+
+        limiter = RateLimiter(cap=50.0, adaptive=False, clock=t.clock, sleep=t.sleep, settle=settle)
+        limiter._early, limiter._catch_up = 0.0, 0.0  # (as after a 429 on a close pair)
+        with asyncio.Runner(loop_factory=make_loop) as runner:  # type: ignore[arg-type]
+            runner.run(send_paced(limiter, t, 20))
+
+    paced(eventloop.new_event_loop)
+    assert settled == []
+    paced(asyncio.new_event_loop)
+    assert settled and max(settled) <= constants.SETTLE_WAIT + 1e-12
 
 
 def test_case_a_429_on_a_request_sent_on_schedule_keeps_the_pace_catching_up() -> None:

@@ -195,8 +195,8 @@ def run_child(
 
 def child_main(prefect: bool) -> int:
     """Run one full night (no warehouse build), print our own figures as one JSON line."""
-    import asyncio
 
+    from membersync.extract import eventloop
     from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows import nightly
     from membersync.warehouse.paths import DataDir
@@ -218,7 +218,7 @@ def child_main(prefect: bool) -> int:
 
         warm_up()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
+        result = eventloop.run(prefect_flow.nightly_sync(night=night, full=True))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         summary = nightly.summary_from_flow_result(result)
         task_runs = summary.batches + 4  # configuration, discovery, commit, build
