@@ -20,6 +20,11 @@ measurement: HISTORY.md beside this file.
 
       python -m membersync.flows.benchmarks.ideal --rates 20,50,200,500 --bursts 1 --pace 0.96
 
+- :mod:`.timers`: how late a short timer fires on asyncio's own event loop and on the night's
+  (``extract/eventloop.py``): the spread of a paced night's send times::
+
+      python -m membersync.flows.benchmarks.timers [--intervals 0.02,0.005,0.002] [--seconds 4]
+
 - :mod:`.sandbox`: the sandbox alone, pinned to one core (it must never be the bottleneck)::
 
       membersync bench --sandbox-only --clients 100000
