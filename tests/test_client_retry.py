@@ -872,21 +872,27 @@ def _gaps(sent: list[float]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(sent)]
 
 
-def _one_token_429_at(rate: float, make_loop: object) -> tuple[float, list[float]]:
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def _one_token_429_at(rate: float, make_loop: LoopFactory) -> tuple[float, list[float]]:
     """A limiter at ``rate`` whose loop wakes late every third time; a 429 on the close pair that
     catching up sent. Returns the interval and the gaps of the 40 requests after its pause."""
     t = LateTime()
     limiter = RateLimiter(cap=None, initial=rate, clock=t.clock, sleep=t.sleep)
     limiter._early = 0.0  # (as after any 429: no slot taken early)
-    with asyncio.Runner(loop_factory=make_loop) as runner:  # type: ignore[arg-type]
-        interval = 1 / limiter.rate  # type: ignore[operator]
+    assert limiter.rate is not None
+    interval = 1 / limiter.rate
+    with asyncio.Runner(loop_factory=make_loop) as runner:
         sent = runner.run(send_paced(limiter, t, 40))
         gaps = _gaps(sent)
         close = sent[gaps.index(min(gaps)) + 1]
         assert min(gaps) < 0.7 * interval  # (a late wake-up did catch up: the pair)
         limiter.on_rate_limited(started=close, retry_after=1.0)
         t.now = limiter.cooldown_until
-        return 1 / limiter.rate, _gaps(runner.run(send_paced(limiter, t, 40)))  # type: ignore[operator]
+        after = _gaps(runner.run(send_paced(limiter, t, 40)))
+    assert limiter.rate is not None
+    return 1 / limiter.rate, after
 
 
 @epoll_only
@@ -913,7 +919,7 @@ def test_case_on_the_nights_loop_no_wait_is_slept_blocking() -> None:
     other requests' answers are read meanwhile: nothing is slept blocking."""
     settled: list[float] = []
 
-    def paced(make_loop: object) -> None:
+    def paced(make_loop: LoopFactory) -> None:
         t = LateTime()
 
         def settle(seconds: float) -> None:
@@ -922,7 +928,7 @@ def test_case_on_the_nights_loop_no_wait_is_slept_blocking() -> None:
 
         limiter = RateLimiter(cap=50.0, adaptive=False, clock=t.clock, sleep=t.sleep, settle=settle)
         limiter._early, limiter._catch_up = 0.0, 0.0  # (as after a 429 on a close pair)
-        with asyncio.Runner(loop_factory=make_loop) as runner:  # type: ignore[arg-type]
+        with asyncio.Runner(loop_factory=make_loop) as runner:
             runner.run(send_paced(limiter, t, 20))
 
     paced(eventloop.new_event_loop)

@@ -1,8 +1,8 @@
 """The night's event loop (extract/eventloop.py): asyncio's, with a short timer timed by select().
 
 Its precision is a benchmark's matter (``membersync bench --rate-matrix``, the one-token rows);
-here: that it is a working event loop, never fires a timer early, falls back to epoll when
-select() cannot take its descriptor, and that the rate limiter knows which loop it paces on.
+here: that it is a working event loop, never fires a timer early and falls back to epoll when
+select() cannot take its descriptor. How the rate limiter paces on it: tests/test_client_retry.py.
 """
 
 from __future__ import annotations

@@ -195,7 +195,6 @@ def run_child(
 
 def child_main(prefect: bool) -> int:
     """Run one full night (no warehouse build), print our own figures as one JSON line."""
-
     from membersync.extract import eventloop
     from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows import nightly

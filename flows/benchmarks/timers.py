@@ -18,9 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from membersync.extract import eventloop
-
-SETTLE_S = 0.002  # (as constants.SETTLE_WAIT)
+from membersync.extract import constants, eventloop
 
 
 async def _lateness(count: int, interval: float, settle: bool) -> list[float]:
@@ -30,8 +28,8 @@ async def _lateness(count: int, interval: float, settle: bool) -> list[float]:
     for _ in range(count):
         due += interval
         wait = due - loop.time()
-        if settle and wait > SETTLE_S:
-            await asyncio.sleep(wait - SETTLE_S)
+        if settle and wait > constants.SETTLE_WAIT:
+            await asyncio.sleep(wait - constants.SETTLE_WAIT)
             wait = due - loop.time()
         if settle and wait > 0:
             time.sleep(wait)
