@@ -147,6 +147,7 @@ class RateLimiter:
         # When the pace last grew fast, far under the estimate (or a rough cut's bound): a 429
         # within a window of it came at the top of a climb (see on_rate_limited).
         self._ramped_at: float | None = None
+        self._leveled_at: float | None = None  # when a 429's estimate last set the level
         self.decreases = 0
         # When the answers of the last ACCEPT_WINDOW s came, and the shared pauses meanwhile:
         # what the server accepted per second of sending (the estimate of its limit).
@@ -290,7 +291,14 @@ class RateLimiter:
             since = now - (self._last_refusal if self._last_refusal is not None else now)
             wait = max(constants.PROBE_QUIET_SECONDS, constants.PROBE_QUIET_ANSWERS / rate)
             quiet = min(max(0.0, since - wait) / constants.RATE_PROBE_DOUBLING, 16.0)
-            near = min(constants.RATE_PROBE_NEAR, constants.RATE_PROBE_NEAR_PER_ANSWER * rate)
+            near = constants.RATE_PROBE_NEAR_PER_ANSWER * rate
+            if not self._one_token_bucket:
+                # Per second too (0.2 %/s from 40 req/s up): a big bucket lets a fast probe run
+                # far past the limit before its first 429. A one-token bucket refuses at once,
+                # and each lone 429 steps back >= 1 %: capped, the climb drew one a 5 s, 0.1 % of
+                # 200 req/s, and held the pace at 92 % of the limit there; per answer, the
+                # pace settles where ~1 answer in 200 is refused, at any rate.
+                near = min(constants.RATE_PROBE_NEAR, near)
             growth = min(constants.RATE_PROBE_FAR, near * 2.0**quiet)
         else:
             growth = constants.RATE_PROBE_FAR
@@ -335,6 +343,14 @@ class RateLimiter:
         self._refilled_at_refusal = self.rate * max(pause, floor) if short and self.rate is not None else None
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
+        if self.ceiling is None and self.rate is not None and self._caught_up_pair(started):
+            # The slow start (paced, no estimate yet) refused a pair that caught up after a late
+            # wake-up: a bucket too small for two requests closer than its interval refused the
+            # pair, not the pace. Taken for the limit, it set the estimate at the pace of that
+            # moment: 59-60 req/s for a limit of 200 at burst 1, 20 ms, and one night in four read
+            # 60 % of the limit (traced). The climb goes on: past the limit the requests sent on
+            # schedule are refused too, and the first of them measures it.
+            return False
         previous = self._last_decrease
         if isolated:
             # The server took (nearly) all we sent: an isolated refusal (a burst at the server's
@@ -348,9 +364,7 @@ class RateLimiter:
             # Already sending no two requests closer than the interval (a one-token bucket refused
             # a close pair before): a lone 429 now is the pace at the limit, not a pair.
             one_token = self._one_token_bucket
-            precise = self._precise_timers
-            kept_above = constants.CATCH_UP_KEPT_ABOVE_PRECISE if precise else constants.CATCH_UP_KEPT_ABOVE
-            close = rate is not None and rate <= kept_above and self._sent_close(started, rate)
+            close = self._caught_up_pair(started)
             if close:
                 self._catch_up = 0.0
             rare = share < constants.REFUSALS_TOLERATED and not one_token
@@ -399,7 +413,12 @@ class RateLimiter:
             share_or_overshoot = share if overshoot is None else overshoot + constants.RATE_MARGIN
             step = max(constants.RATE_MARGIN / 2, min(share_or_overshoot, constants.RATE_MARGIN * 4))
             lower = self.rate * (1 - step)
-            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN):
+            # (Not within a window of the level's setting: the last second's count is then the
+            # slow start's climb to it, or the streak it cut, not what the server takes at this
+            # pace. A lone 429 50 ms after the slow start's estimate of 190.9 req/s, at a limit of
+            # 200, burst 1, took the pace 8 % down to that count, 172 req/s, traced.)
+            leveled = self._leveled_at is not None and now - self._leveled_at < constants.ACCEPT_WINDOW
+            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN) and not leveled:
                 lower = max(min(lower, accepted), self.rate * (1 - 4 * constants.RATE_MARGIN))
             self.rate = self._capped(lower)
             too_many = share >= 2 * constants.REFUSALS_TOLERATED
@@ -454,6 +473,7 @@ class RateLimiter:
                 # pace it left at is not kept per request, and 20/1/200 ms read 94-97 %.)
                 level = max(level, rate * (1 - constants.RATE_MARGIN))
             self.ceiling = self._settled = level
+            self._leveled_at = now
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
         # Too few answers for an estimate (the very first 429s, or a slow start at a low rate
@@ -657,6 +677,14 @@ class RateLimiter:
             if granted[i] <= started:
                 return granted[i] - granted[i - 1] < (1 - constants.RATE_MARGIN) / rate
         return False
+
+    def _caught_up_pair(self, started: float) -> bool:
+        """Was the request sent at ``started`` one of a close pair that catching up sent, at a pace
+        where catching up stops after such a refusal (``CATCH_UP_KEPT_ABOVE*``)?"""
+        rate = self.rate
+        precise = self._precise_timers
+        kept_above = constants.CATCH_UP_KEPT_ABOVE_PRECISE if precise else constants.CATCH_UP_KEPT_ABOVE
+        return rate is not None and rate <= kept_above and self._sent_close(started, rate)
 
     def _rough_rate(self, now: float) -> float:
         """What we achieved since the first answer, however little we know (for a first cut)."""

@@ -1147,6 +1147,76 @@ def test_case_at_a_low_rate_the_probe_waits_for_answers_enough_before_it_speeds_
     assert limiter.rate > 30.0
 
 
+def test_case_at_a_one_token_bucket_the_probe_near_the_limit_climbs_per_answer_at_any_rate() -> None:
+    """At 200 req/s and a bucket of one token, each lone 429 steps the pace back >= 1 %. Capped at
+    RATE_PROBE_NEAR (0.2 %/s), the climb back drew one 429 every ~5 s, 0.1 % of the answers, and
+    the night sat at 92 % of the limit with nearly all of its 1 % of 429s unused (measured). There
+    the probe climbs per answer, 1 % per 200 answers (1 %/s at 200 req/s): at equilibrium one
+    answer in ~200 is refused, at any rate. A bigger bucket keeps the cap (a fast probe runs far
+    past its limit before the first 429)."""
+    seconds = constants.PROBE_QUIET_SECONDS - 1.0  # (before the quiet probe speeds up)
+    per_answer = constants.RATE_PROBE_NEAR_PER_ANSWER * 196.0
+    assert per_answer > 4 * constants.RATE_PROBE_NEAR  # (so the two climbs below differ plainly)
+    t, one_token = _near_an_estimate(196.0, 200.0)
+    one_token._catch_up = 0.0  # (as after a 429 on a close pair: a one-token bucket)
+    _at_pace(t, one_token, seconds)
+    climbed = one_token.rate / 196.0 - 1
+    assert 0.9 * seconds * per_answer < climbed < 1.1 * seconds * per_answer
+    t, bigger = _near_an_estimate(196.0, 200.0)
+    _at_pace(t, bigger, seconds)
+    near = constants.RATE_PROBE_NEAR
+    assert 196.0 * (1 + 0.9 * seconds * near) < bigger.rate < 196.0 * (1 + 1.1 * seconds * near)
+
+
+def test_case_in_the_slow_start_a_429_on_a_caught_up_pair_is_no_estimate_of_the_limit() -> None:
+    """The slow start (paced, no estimate yet) catches up after a late wake-up, and a one-token
+    bucket refuses that close pair at any pace. Taken for the limit, it set the estimate at the
+    pace of that moment: 59-60 req/s for a limit of 200 at burst 1, 20 ms, and one night in four
+    read 60 % of the limit (traced). It costs its pause, no cut, and the climb goes on; a 429 on
+    a request sent on schedule is the pace, and measures the limit."""
+    t = LateTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    for _ in range(20):  # unpaced: 20 answers at 20 req/s, then the first 429 sets a floor
+        limiter.on_success(t.now)
+        t.now += 0.05
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is True
+    assert limiter.ceiling is None and limiter.rate is not None  # paced: the slow start
+    t.now = limiter.cooldown_until
+    sent = run(send_paced(limiter, t, 20))
+    pace = limiter.rate
+    assert pace is not None and pace <= constants.CATCH_UP_KEPT_ABOVE  # (catching up stops here)
+    gaps = _gaps(sent)
+    close = sent[gaps.index(min(gaps)) + 1]
+    assert min(gaps) < 0.7 / pace  # (a late wake-up caught up: the pair)
+    assert limiter.on_rate_limited(started=close, retry_after=1.0) is False
+    assert (limiter.rate, limiter.ceiling, limiter.decreases) == (pace, None, 1)
+    on_schedule = next(sent[i + 1] for i in reversed(range(len(gaps))) if gaps[i] >= 0.999 / pace)
+    assert limiter.on_rate_limited(started=on_schedule, retry_after=1.0) is True
+    assert limiter.ceiling is not None and limiter.decreases == 2
+
+
+def test_case_a_lone_429_right_after_the_slow_starts_estimate_steps_back_a_little() -> None:
+    """The slow start's first 429 sets the level; what the server accepted over the last second
+    is then the climb's average, well under the pace. A lone 429 within that second stepped the
+    pace down to that average (8 % at most: 187 -> 172 req/s for a limit of 200, burst 1, and 13 s
+    to climb back, traced); now it is a small step, as any isolated 429's."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 100.0  # paced, no estimate: the slow start
+    while limiter.rate < 190.0:  # its climb, x2.7 a second
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    assert limiter.ceiling is not None and limiter.ceiling > 185.0  # the level: about the pace
+    pace = limiter.rate
+    assert pace is not None
+    for _ in range(10):  # 50 ms at the new pace
+        limiter.on_success(t.now)
+        t.now += 1 / pace
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    assert limiter.rate >= pace * (1 - constants.RATE_MARGIN) - 1e-9  # a step of ~1 %, not 8 %
+
+
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
     """Above the limit, a steady share is refused: that is the pace, not jitter."""
     t = FakeTime()
