@@ -58,7 +58,8 @@ RATE_DECREASE = 0.8  # the cut when a 429 comes before any estimate is possible
 RATE_START = 10.0  # req/s: the first cut when a 429 comes before anything could be measured
 RATE_PROBE_START = 1.0  # growth per second before any estimate (a slow start: x2.7 a second)
 RATE_PROBE_FAR = 0.2  # growth per second while well below the estimated limit (20 %/s)
-RATE_PROBE_NEAR = 0.002  # growth per second near it: ~10 s from the margin to the limit
+RATE_PROBE_NEAR = 0.002  # growth per second near it: ~10 s from the margin to the limit (not at
+# a bucket known to hold one token: there only the per-answer climb below, at any rate)
 RATE_PROBE_NEAR_PER_ANSWER = 0.00005  # and at most 1 % per 200 answers (slower under 40 req/s)
 # Near it, once no 429 came for PROBE_QUIET_SECONDS (the estimate may be low: taken over a
 # second that held a slow start's ramp), the growth doubles every RATE_PROBE_DOUBLING seconds:

@@ -81,6 +81,8 @@ class RateLimiter:
       faster and faster (the estimate was too low). Near it the climb is also at most 1 % per
       200 answers (``RATE_PROBE_NEAR_PER_ANSWER``): each cycle ends in a 429, so at a low rate a
       cycle in seconds would refuse a larger share of the answers (1 % at 20 req/s, measured).
+      At a bucket known to hold one token it is only that, at any rate: capped per second too,
+      it drew a fifth of the 429s allowed at 200 req/s, and held the pace well under the limit.
       The probe only runs while the rate is what holds us back.
     * **A server that announces its limit** (:meth:`on_announced`) is obeyed exactly: its rate
       less ``ANNOUNCED_MARGIN`` becomes the cap, and an exhausted quota pauses every request
@@ -295,9 +297,9 @@ class RateLimiter:
             if not self._one_token_bucket:
                 # Per second too (0.2 %/s from 40 req/s up): a big bucket lets a fast probe run
                 # far past the limit before its first 429. A one-token bucket refuses at once,
-                # and each lone 429 steps back >= 1 %: capped, the climb drew one a 5 s, 0.1 % of
-                # 200 req/s, and held the pace at 92 % of the limit there; per answer, the
-                # pace settles where ~1 answer in 200 is refused, at any rate.
+                # and each lone 429 steps back >= 1 %: capped, the climb drew one every ~5 s,
+                # 0.1 % of 200 req/s, and held the pace at 92 % of the limit there; per answer,
+                # the pace settles where ~1 answer in 200 is refused, at any rate.
                 near = min(constants.RATE_PROBE_NEAR, near)
             growth = min(constants.RATE_PROBE_FAR, near * 2.0**quiet)
         else:
