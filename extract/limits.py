@@ -458,6 +458,14 @@ class RateLimiter:
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
+                leveled = self._leveled_at is not None and now - self._leveled_at < constants.ACCEPT_WINDOW
+                if since_emptied is None and leveled:
+                    # A streak too young to measure, within a second of the level's setting: the
+                    # window's share refused is a few 429s among the answers of the climb before it
+                    # (2 of 22, bound by the concurrency: 52.1 -> 46.4 req/s for a limit of 50,
+                    # burst 1, 200 ms, and 11 s to climb back, traced). A step of twice the margin;
+                    # the streak, once it has answers enough, measures the rest.
+                    level = max(level, rate * (1 - 2 * constants.RATE_MARGIN))
             ramped = self._ramped_at is not None and now - self._ramped_at < constants.ACCEPT_WINDOW
             bound_only = self.ceiling is not None and self._settled is None
             if ramped and bound_only and sum(1 for t in self._refused if t > previous) == 1:

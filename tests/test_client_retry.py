@@ -1217,6 +1217,30 @@ def test_case_a_lone_429_right_after_the_slow_starts_estimate_steps_back_a_littl
     assert limiter.rate >= pace * (1 - constants.RATE_MARGIN) - 1e-9  # a step of ~1 %, not 8 %
 
 
+def test_case_a_young_streak_right_after_the_level_was_set_steps_back_twice_the_margin() -> None:
+    """At 200 ms latency the slow start is bound by the concurrency: the window holds few answers.
+    Its first paced 429 sets the level; a second 60 ms later is a streak too young to measure, and
+    the share refused over the window, 2 of 22 answers, cut the pace 9 % (52.1 -> 46.4 req/s for a
+    limit of 50, burst 1; 11 s to climb back, traced). Within a second of the level's setting such
+    a cut is at most twice the margin; the streak, once it has answers enough, measures the rest."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 52.0  # paced, no estimate: the slow start
+    for _ in range(20):  # a second of answers, bound by the concurrency: 20 req/s
+        limiter.on_success(t.now)
+        t.now += 0.05
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    assert limiter.ceiling is not None  # the level
+    pace = limiter.rate
+    assert pace is not None
+    for _ in range(3):  # 60 ms: three answers
+        t.now += 0.02
+        limiter.on_success(t.now)
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    low = pace * (1 - 2 * constants.RATE_MARGIN) * (1 - constants.RATE_MARGIN)
+    assert limiter.rate == pytest.approx(low, rel=1e-9)  # was pace x 0.91 x 0.98
+
+
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
     """Above the limit, a steady share is refused: that is the pace, not jitter."""
     t = FakeTime()
