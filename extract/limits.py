@@ -419,8 +419,7 @@ class RateLimiter:
             # slow start's climb to it, or the streak it cut, not what the server takes at this
             # pace. A lone 429 50 ms after the slow start's estimate of 190.9 req/s, at a limit of
             # 200, burst 1, took the pace 8 % down to that count, 172 req/s, traced.)
-            leveled = self._leveled_at is not None and now - self._leveled_at < constants.ACCEPT_WINDOW
-            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN) and not leveled:
+            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN) and not self._just_leveled(now):
                 lower = max(min(lower, accepted), self.rate * (1 - 4 * constants.RATE_MARGIN))
             self.rate = self._capped(lower)
             too_many = share >= 2 * constants.REFUSALS_TOLERATED
@@ -458,8 +457,7 @@ class RateLimiter:
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
-                leveled = self._leveled_at is not None and now - self._leveled_at < constants.ACCEPT_WINDOW
-                if since_emptied is None and leveled:
+                if since_emptied is None and self._just_leveled(now):
                     # A streak too young to measure, within a second of the level's setting: the
                     # window's share refused is a few 429s among the answers of the climb before it
                     # (2 of 22, bound by the concurrency: 52.1 -> 46.4 req/s for a limit of 50,
@@ -687,6 +685,11 @@ class RateLimiter:
             if granted[i] <= started:
                 return granted[i] - granted[i - 1] < (1 - constants.RATE_MARGIN) / rate
         return False
+
+    def _just_leveled(self, now: float) -> bool:
+        """Did a 429's estimate set the level less than ACCEPT_WINDOW ago? Then the window's counts
+        (accepted, refused) are mostly of the climb or the streak before it, not of this pace."""
+        return self._leveled_at is not None and now - self._leveled_at < constants.ACCEPT_WINDOW
 
     def _caught_up_pair(self, started: float) -> bool:
         """Was the request sent at ``started`` one of a close pair that catching up sent, at a pace
