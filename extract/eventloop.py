@@ -18,7 +18,8 @@ The thread that runs the night's loop (:func:`run`) also asks the kernel for a t
 1 us instead of its default 50 us (``prctl(PR_SET_TIMERSLACK)``, :func:`fine_timer_slack`): Linux
 lets a sleeping thread's wake-up come up to that late, to batch wake-ups, and every paced wake-up
 came at least 0.051 ms late (traced), 0.13 -> 0.08 ms (mean) at an idle loop. It is given back when
-the night ends.
+the night ends. (Threads started meanwhile, ``asyncio.to_thread``'s workers, inherit it, as Linux
+does: their waits are a little more punctual, nothing else.)
 
 Other platforms' loops keep asyncio's default selector (kqueue's timeout has nanoseconds).
 :func:`precise_timers` tells the limiter which loop it runs on: a loop that Prefect's engine
