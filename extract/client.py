@@ -907,14 +907,13 @@ class _ConnectionOpeningConnector(aiohttp.TCPConnector):
     ``TraceConfig`` would add its signals to every request.)
     """
 
-    def __init__(self, on_new_connection: Callable[[], None] | None, **kwargs: Any) -> None:
+    def __init__(self, on_new_connection: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._on_new_connection = on_new_connection
 
     async def _create_connection(self, *args: Any, **kwargs: Any) -> Any:
         proto = await super()._create_connection(*args, **kwargs)
-        if self._on_new_connection is not None:
-            self._on_new_connection()
+        self._on_new_connection()
         return proto
 
 
@@ -936,7 +935,7 @@ class _DirectAiohttp:
         opts: ClientOptions,
         username: str,
         password: str,
-        on_new_connection: Callable[[], None] | None = None,
+        on_new_connection: Callable[[], None],
     ) -> None:
         token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
         self._headers = {**_DEFAULT_HEADERS, "Authorization": f"Basic {token}"}
