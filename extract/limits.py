@@ -493,13 +493,14 @@ class RateLimiter:
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
-                if since_emptied is None and self._just_leveled(now):
-                    # A streak too young to measure, within a second of the level's setting: the
-                    # window's share refused is a few 429s among the answers of the climb before it
-                    # (2 of 22, bound by the concurrency: 52.1 -> 46.4 req/s for a limit of 50,
-                    # burst 1, 200 ms, and 11 s to climb back, traced). A step of twice the margin;
-                    # the streak, once it has answers enough, measures the rest.
-                    level = max(level, rate * (1 - 2 * constants.RATE_MARGIN))
+            if since_emptied is None and self._just_leveled(now):
+                # A streak too young to measure, within a second of the level's setting: the
+                # window's share refused is a few 429s among the answers of the climb before it
+                # (2 of 22, bound by the concurrency: 52.1 -> 46.4 req/s for a limit of 50,
+                # burst 1, 200 ms, and 11 s to climb back, traced), and so is the streak's (2 of
+                # 8 at 200 ms: 49.0 -> 36.0 req/s, and 16 s to climb back, traced). A step of twice
+                # the margin; the streak, once it has answers enough, measures the rest.
+                level = max(level, rate * (1 - 2 * constants.RATE_MARGIN))
             ramped = self._ramped_at is not None and now - self._ramped_at < constants.ACCEPT_WINDOW
             bound_only = self.ceiling is not None and self._settled is None
             if ramped and bound_only and sum(1 for t in self._refused if t > previous) == 1:
@@ -518,6 +519,7 @@ class RateLimiter:
                 level = max(level, rate * (1 - constants.RATE_MARGIN))
             self.ceiling = self._settled = level
             self._leveled_at = now
+            self._forget_refusals()
             self.rate = self._capped(level * (1 - constants.RATE_MARGIN))
             return True
         # Too few answers for an estimate (the very first 429s, or a slow start at a low rate
@@ -630,10 +632,24 @@ class RateLimiter:
         entry[1] += 1
         entry[2] += refused
 
+    def _forget_refusals(self) -> None:
+        """A 429 just set the level: the 429s tallied until now were drawn by the pace above it
+        (the discovery's climb, the streak it cut) and say nothing of the level's. Their answers
+        stay in the tally, as its denominator. (Kept, they were 3-4 % of the tally at 50 req/s,
+        burst 1, two seconds on: a lone 429 there stepped the pace back by that share, not the
+        1 % of any lone 429 at a one-token bucket, and took the estimate down with it, 48.8 ->
+        46.9 req/s, for the next 7 s of a 15-s night: 92.5 % of the limit, traced.)"""
+        for entry in self._tally:
+            entry[2] = 0
+
     def _tally_refused_share(self) -> float:
-        """Share of the answers of the last TALLY_SECONDS that were 429s."""
+        """Share of the answers of the last TALLY_SECONDS that were 429s, counted over at least
+        TALLY_MIN_ANSWERS answers: early in a night the tally holds a few dozen (the discovery's
+        lists and pages), and one 429 among 41 read 2.4 %, a step back of that much and the
+        estimate down with it (47.6 -> 46.5 req/s for a limit of 50, burst 1, 20 ms, traced)."""
         answers = sum(entry[1] for entry in self._tally)
-        return sum(entry[2] for entry in self._tally) / answers if answers else 1.0
+        refused = sum(entry[2] for entry in self._tally)
+        return refused / max(answers, constants.TALLY_MIN_ANSWERS) if answers else 1.0
 
     def _steady_refusals(self, share: float) -> bool:
         """Are the 429s of the last TALLY_SECONDS a steady share, not a bunch? At least

@@ -1247,6 +1247,81 @@ def test_case_a_young_streak_right_after_the_level_was_set_steps_back_twice_the_
     assert limiter.rate == pytest.approx(low, rel=1e-9)  # was pace x 0.91 x 0.98
 
 
+def test_case_a_lone_429_seconds_after_the_level_is_not_weighed_with_the_discoverys_429s() -> None:
+    """50 req/s, burst 1: the discovery's climb drew a few 429s, paced, and the last of them set
+    the level. Two seconds on, at a bucket known to hold one token, a lone 429 stepped the pace
+    back by the share of the 10-s tally refused, the discovery's 429s included (4 %), and took
+    the estimate down with it (48.8 -> 46.9 req/s for the next 7 s of a 15-s night, traced). Those
+    429s were the climb's, above the level: the lone one is a small step, the estimate kept."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 20.0  # paced, no estimate: the slow start
+    while limiter.rate < 52.0:  # its climb, x2.7 a second, past a limit of 50
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+    for _ in range(2):  # the climb's 429s, 50 ms apart (each sets the level), between answers
+        limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0)
+        t.now = max(t.now, limiter.cooldown_until)
+        for _ in range(2):
+            limiter.on_success(t.now)
+            t.now += 0.02
+    level = limiter.ceiling
+    assert level is not None and 45.0 < level < 53.0  # the level set
+    limiter._catch_up = 0.0  # a close pair refused since: a one-token bucket
+    _at_pace(t, limiter, 2.0)
+    pace, ceiling = limiter.rate, limiter.ceiling
+    assert pace is not None
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    # Truth: a lone 429 at a one-token bucket steps back by half the margin, when it is under
+    # REFUSALS_TOLERATED of the last 10 s: one in ~100 answers is 1 %, its own tally's share.
+    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=1e-9)
+    assert limiter.ceiling == ceiling
+
+
+def test_case_a_young_streaks_share_right_after_the_level_was_set_steps_back_twice_the_margin() -> None:
+    """The same at 200 ms, one 429 later: the streak that began at the level's setting has a
+    second 429 after a handful of answers, and its share (2 of 8) cut the pace 25 % (49.0 -> 36.0
+    req/s for a limit of 50, burst 1; 16 s to climb back, a night at 77 % of the limit, traced).
+    Within a second of the level's setting that share too is a few 429s among a few answers: a
+    step of twice the margin, no more."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 52.0  # paced, no estimate: the slow start
+    for _ in range(20):  # a second of answers, bound by the concurrency
+        limiter.on_success(t.now)
+        t.now += 0.05
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True  # the level
+    for _ in range(2):  # two more 429s, three answers apart: a streak of 2 in 8 answers
+        for _ in range(3):
+            t.now += 0.02
+            limiter.on_success(t.now)
+        pace = limiter.rate
+        assert pace is not None
+        assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+        low = pace * (1 - 2 * constants.RATE_MARGIN) * (1 - constants.RATE_MARGIN)
+        assert limiter.rate == pytest.approx(low, rel=1e-9)  # a young streak's share: 25 %, x 0.75
+    assert limiter._streak_share() == pytest.approx(0.25)  # (the case: the streak's share was read)
+
+
+def test_case_early_in_a_night_one_429_among_a_few_dozen_answers_is_not_a_share_of_percents() -> None:
+    """Early in a night the 10-s tally holds a few dozen answers (the discovery's lists and
+    pages): one lone 429 among 41 read 2.4 % of them, and stepped the pace back that much and
+    the estimate with it (47.6 -> 46.5 req/s for a limit of 50, burst 1, 20 ms, traced). The
+    share is counted over at least TALLY_MIN_ANSWERS answers."""
+    t, limiter = _near_an_estimate(46.7, 47.6)
+    limiter._catch_up = 0.0  # a one-token bucket, known
+    limiter._early = 0.0
+    t.now += 1.0
+    _at_pace(t, limiter, 0.9)  # ~42 answers: the night's first second at this pace
+    pace, ceiling = limiter.rate, limiter.ceiling
+    assert pace is not None
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    # Truth: 1 refused over max(~43 answers, 200) = 0.5 %: the least step (half the margin), the
+    # estimate kept (lowered only above twice REFUSALS_TOLERATED).
+    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=1e-9)
+    assert limiter.ceiling == ceiling
+
+
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
     """Above the limit, a steady share is refused: that is the pace, not jitter."""
     t = FakeTime()
