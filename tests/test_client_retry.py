@@ -1247,35 +1247,82 @@ def test_case_a_young_streak_right_after_the_level_was_set_steps_back_twice_the_
     assert limiter.rate == pytest.approx(low, rel=1e-9)  # was pace x 0.91 x 0.98
 
 
+def _level_set_after_a_climb(one_token: bool) -> tuple[FakeTime, RateLimiter]:
+    """The slow start climbs past a limit of 50 req/s; its first 429 sets a level, two more 429s
+    come within the next half second (a bucket of one token known since the first, or not), the
+    last of them setting the level again; then two seconds at the pace."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = 20.0  # paced, no estimate: the slow start
+    while limiter.rate < 52.0:  # its climb, x2.7 a second
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    if one_token:
+        limiter._catch_up = 0.0  # a close pair refused: a bucket of one token
+    for _ in range(2):
+        t.now = max(t.now, limiter.cooldown_until)
+        for _ in range(5):
+            limiter.on_success(t.now)
+            t.now += 1 / limiter.rate
+        assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    assert limiter._leveled_at == t.now  # the third 429 set the level
+    _at_pace(t, limiter, 2.0)
+    return t, limiter
+
+
 def test_case_a_lone_429_seconds_after_the_level_is_not_weighed_with_the_discoverys_429s() -> None:
     """50 req/s, burst 1: the discovery's climb drew a few 429s, paced, and the last of them set
     the level. Two seconds on, at a bucket known to hold one token, a lone 429 stepped the pace
     back by the share of the 10-s tally refused, the discovery's 429s included (4 %), and took
     the estimate down with it (48.8 -> 46.9 req/s for the next 7 s of a 15-s night, traced). Those
     429s were the climb's, above the level: the lone one is a small step, the estimate kept."""
-    t = FakeTime()
-    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
-    limiter.rate = 20.0  # paced, no estimate: the slow start
-    while limiter.rate < 52.0:  # its climb, x2.7 a second, past a limit of 50
-        limiter.on_success(t.now)
-        t.now += 1 / limiter.rate
-    for _ in range(2):  # the climb's 429s, 50 ms apart (each sets the level), between answers
-        limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0)
-        t.now = max(t.now, limiter.cooldown_until)
-        for _ in range(2):
-            limiter.on_success(t.now)
-            t.now += 0.02
-    level = limiter.ceiling
-    assert level is not None and 45.0 < level < 53.0  # the level set
-    limiter._catch_up = 0.0  # a close pair refused since: a one-token bucket
-    _at_pace(t, limiter, 2.0)
+    t, limiter = _level_set_after_a_climb(one_token=True)
     pace, ceiling = limiter.rate, limiter.ceiling
     assert pace is not None
     assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
-    # Truth: a lone 429 at a one-token bucket steps back by half the margin, when it is under
-    # REFUSALS_TOLERATED of the last 10 s: one in ~100 answers is 1 %, its own tally's share.
+    # Truth: a lone 429 at a one-token bucket steps back by half the margin while the 429s of the
+    # last 10 s since the level are under REFUSALS_TOLERATED x 2: here one, over 200 answers.
     assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=1e-9)
     assert limiter.ceiling == ceiling
+
+
+def test_case_at_a_bigger_bucket_the_429s_before_the_level_still_count() -> None:
+    """20 req/s, burst 5, 200 ms: what the server accepted held what its bucket had saved, and the
+    level came out above the limit (21.1 req/s). The 429s of the climb, still in the tally, are
+    what took it down at the next lone 429 (a step by their share, the estimate with it);
+    forgotten, the fast probe took the pace back above the limit (1.1-1.6 % 429s, traced)."""
+    t, limiter = _level_set_after_a_climb(one_token=False)
+    pace, ceiling = limiter.rate, limiter.ceiling
+    assert pace is not None and ceiling is not None
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    # Truth: 4 of the tally's answers refused (the three of the climb and this one) over at least
+    # 200: 2 %, at least twice REFUSALS_TOLERATED: the estimate comes down with the pace (a step
+    # of at least the margin: by the overshoot the spacing measures, 2 intervals' tokens over the
+    # ~90 answers since the last 429, plus the margin).
+    assert limiter._tally_refused_share() == pytest.approx(4 / 200)
+    assert limiter.rate <= pace * (1 - constants.RATE_MARGIN)
+    assert limiter.ceiling == pytest.approx(limiter.rate / (1 - constants.RATE_MARGIN), rel=1e-9)
+    assert limiter.ceiling < ceiling
+
+
+def test_case_finding_a_one_token_bucket_forgets_the_429s_of_the_pace_that_caught_up() -> None:
+    """50 req/s, burst 1, 0 ms: the climb's 429s stayed in the 10-s tally after a close pair's
+    429 showed a bucket of one token, and a lone 429 at 7.8 s read 2.9 % (47.9 -> 46.5 req/s, the
+    estimate 49.6 -> 47.5, traced). From that finding on, no pair catches up: a new pace, whose
+    429s the tally counts afresh (their answers stay as its denominator)."""
+    t = LateTime()
+    limiter = RateLimiter(cap=None, initial=20.0, clock=t.clock, sleep=t.sleep)
+    limiter._early = 0.0
+    sent = run(send_paced(limiter, t, 40))
+    for _ in range(3):  # the climb's 429s, in the tally (as on_rate_limited counts a paced one)
+        limiter._tally_answer(t.now, refused=1)
+    assert limiter._tally_refused_share() == pytest.approx(3 / 200)
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    close = sent[gaps.index(min(gaps)) + 1]
+    assert limiter.on_rate_limited(started=close, retry_after=1.0) is False  # the pair: no step
+    assert limiter._one_token_bucket
+    assert limiter._tally_refused_share() == 0.0
 
 
 def test_case_a_young_streaks_share_right_after_the_level_was_set_steps_back_twice_the_margin() -> None:
