@@ -97,7 +97,7 @@ STEADY_MIN_SECONDS = 3
 # when the pause after the last one was at most this many intervals (a token bucket's next token).
 SPACING_PAUSE_INTERVALS = 2.0
 TALLY_SECONDS = 10
-TALLY_MIN_ANSWERS = 200  # the share of 429s in that tally is over at least this many answers
+TALLY_MIN_ANSWERS = 200  # at a one-token bucket, the tally's share of 429s is over at least this many answers
 SHARED_PAUSE_FULL = 2.0  # seconds: a longer Retry-After pauses every request for all of it
 MIN_PAUSE = 0.05  # seconds: the shortest shared pause (Retry-After: 0 never makes us spin)
 MIN_RATE = 1.0  # req/s; never slower than this

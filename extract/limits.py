@@ -492,18 +492,22 @@ class RateLimiter:
                 # holds what it had saved while our demand was low (27.9 req/s for a limit of 20,
                 # burst 5, after the discovery's lull): the share refused since the streak began
                 # is what we send above the limit, (rate - limit) / rate.
+                # (Not floored within a second of the level's setting, as below: the slow start
+                # may have run far past the limit, 37 req/s for 20 at burst 5, 200 ms, and the
+                # share of its young streak, 2 of 8, is what takes it down; floored, the pace stayed
+                # at 30 req/s and the night drew 1.1-1.3 % 429s, traced. At 50 req/s, burst 1, the
+                # same share cut 49 -> 36 req/s once, a night at 77 %: the rarer cost.)
                 level = rate * (1 - young)
             else:
                 accepted = since_emptied or accepted
                 level = min(rate, max(accepted, rate * (1 - self._refused_share(now, since=previous))))
-            if since_emptied is None and self._just_leveled(now):
-                # A streak too young to measure, within a second of the level's setting: the
-                # window's share refused is a few 429s among the answers of the climb before it
-                # (2 of 22, bound by the concurrency: 52.1 -> 46.4 req/s for a limit of 50,
-                # burst 1, 200 ms, and 11 s to climb back, traced), and so is the streak's (2 of
-                # 8 at 200 ms: 49.0 -> 36.0 req/s, and 16 s to climb back, traced). A step of twice
-                # the margin; the streak, once it has answers enough, measures the rest.
-                level = max(level, rate * (1 - 2 * constants.RATE_MARGIN))
+                if since_emptied is None and self._just_leveled(now):
+                    # A streak too young to measure, within a second of the level's setting: the
+                    # window's share refused is a few 429s among the answers of the climb before it
+                    # (2 of 22, bound by the concurrency: 52.1 -> 46.4 req/s for a limit of 50,
+                    # burst 1, 200 ms, and 11 s to climb back, traced). A step of twice the margin;
+                    # the streak, once it has answers enough, measures the rest.
+                    level = max(level, rate * (1 - 2 * constants.RATE_MARGIN))
             ramped = self._ramped_at is not None and now - self._ramped_at < constants.ACCEPT_WINDOW
             bound_only = self.ceiling is not None and self._settled is None
             if ramped and bound_only and sum(1 for t in self._refused if t > previous) == 1:
@@ -655,13 +659,22 @@ class RateLimiter:
             entry[2] = 0
 
     def _tally_refused_share(self) -> float:
-        """Share of the answers of the last TALLY_SECONDS that were 429s, counted over at least
-        TALLY_MIN_ANSWERS answers: early in a night the tally holds a few dozen (the discovery's
-        lists and pages), and one 429 among 41 read 2.4 %, a step back of that much and the
-        estimate down with it (47.6 -> 46.5 req/s for a limit of 50, burst 1, 20 ms, traced)."""
+        """Share of the answers of the last TALLY_SECONDS that were 429s.
+
+        At a bucket known to hold one token, over at least TALLY_MIN_ANSWERS answers: early in a
+        night the tally holds a few dozen (the discovery's lists and pages), and one 429 among 41
+        read 2.4 %, a step back of that much and the estimate down with it (47.6 -> 46.5 req/s for
+        a limit of 50, burst 1, 20 ms, traced); there each lone 429 is jitter or the probe at the
+        limit, worth the least step. Not at a bigger bucket: there a level set early may hold the
+        bucket's saved tokens, and a lone 429 then reads the early 429s' share, large, which is
+        what takes the pace and the estimate under the limit (21.1 -> 19.4 req/s for a limit of
+        20, burst 5, 200 ms, traced); counted over 200 answers that step would be smaller.
+        """
         answers = sum(entry[1] for entry in self._tally)
         refused = sum(entry[2] for entry in self._tally)
-        return refused / max(answers, constants.TALLY_MIN_ANSWERS) if answers else 1.0
+        if self._one_token_bucket:
+            answers = max(answers, constants.TALLY_MIN_ANSWERS)
+        return refused / answers if answers else 1.0
 
     def _steady_refusals(self, share: float) -> bool:
         """Are the 429s of the last TALLY_SECONDS a steady share, not a bunch? At least
