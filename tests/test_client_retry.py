@@ -1201,17 +1201,24 @@ def test_case_in_the_slow_start_a_429_on_a_caught_up_pair_is_no_estimate_of_the_
     assert limiter.ceiling is not None and limiter.decreases == 2
 
 
+def _slow_start(start: float, top: float) -> tuple[FakeTime, RateLimiter]:
+    """A limiter paced at ``start`` req/s with no estimate (the slow start), every request answered,
+    until its climb (x2.7 a second) passes ``top``."""
+    t = FakeTime()
+    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
+    limiter.rate = start
+    while limiter.rate < top:
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+    return t, limiter
+
+
 def test_case_a_lone_429_right_after_the_slow_starts_estimate_steps_back_a_little() -> None:
     """The slow start's first 429 sets the level; what the server accepted over the last second
     is then the climb's average, well under the pace. A lone 429 within that second stepped the
     pace down to that average (8 % at most: 187 -> 172 req/s for a limit of 200, burst 1, and 13 s
     to climb back, traced); now it is a small step, as any isolated 429's."""
-    t = FakeTime()
-    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
-    limiter.rate = 100.0  # paced, no estimate: the slow start
-    while limiter.rate < 190.0:  # its climb, x2.7 a second
-        limiter.on_success(t.now)
-        t.now += 1 / limiter.rate
+    t, limiter = _slow_start(100.0, 190.0)
     assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
     assert limiter.ceiling is not None and limiter.ceiling > 185.0  # the level: about the pace
     pace = limiter.rate
@@ -1251,12 +1258,7 @@ def _level_set_after_a_climb(one_token: bool) -> tuple[FakeTime, RateLimiter]:
     """The slow start climbs past a limit of 50 req/s; its first 429 sets a level, two more 429s
     come within the next half second (a bucket of one token known since the first, or not), the
     last of them setting the level again; then two seconds at the pace."""
-    t = FakeTime()
-    limiter = RateLimiter(cap=None, clock=t.clock, sleep=t.sleep)
-    limiter.rate = 20.0  # paced, no estimate: the slow start
-    while limiter.rate < 52.0:  # its climb, x2.7 a second
-        limiter.on_success(t.now)
-        t.now += 1 / limiter.rate
+    t, limiter = _slow_start(20.0, 52.0)
     assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
     if one_token:
         limiter._catch_up = 0.0  # a close pair refused: a bucket of one token
@@ -1271,6 +1273,16 @@ def _level_set_after_a_climb(one_token: bool) -> tuple[FakeTime, RateLimiter]:
     return t, limiter
 
 
+def _a_lone_429_steps_the_least(t: FakeTime, limiter: RateLimiter) -> None:
+    """A lone 429 now, at a one-token bucket, while the tally's share stays under twice
+    REFUSALS_TOLERATED: the least step back (half the margin), and the estimate kept."""
+    pace, ceiling = limiter.rate, limiter.ceiling
+    assert pace is not None
+    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
+    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=1e-9)
+    assert limiter.ceiling == ceiling
+
+
 def test_case_a_lone_429_seconds_after_the_level_is_not_weighed_with_the_discoverys_429s() -> None:
     """50 req/s, burst 1: the discovery's climb drew a few 429s, paced, and the last of them set
     the level. Two seconds on, at a bucket known to hold one token, a lone 429 stepped the pace
@@ -1278,13 +1290,8 @@ def test_case_a_lone_429_seconds_after_the_level_is_not_weighed_with_the_discove
     the estimate down with it (48.8 -> 46.9 req/s for the next 7 s of a 15-s night, traced). Those
     429s were the climb's, above the level: the lone one is a small step, the estimate kept."""
     t, limiter = _level_set_after_a_climb(one_token=True)
-    pace, ceiling = limiter.rate, limiter.ceiling
-    assert pace is not None
-    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
-    # Truth: a lone 429 at a one-token bucket steps back by half the margin while the 429s of the
-    # last 10 s since the level are under REFUSALS_TOLERATED x 2: here one, over 200 answers.
-    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=1e-9)
-    assert limiter.ceiling == ceiling
+    # Truth: the 429s of the last 10 s since the level are one, over 200 answers.
+    _a_lone_429_steps_the_least(t, limiter)
 
 
 def test_case_at_a_bigger_bucket_the_429s_before_the_level_still_count() -> None:
@@ -1363,13 +1370,8 @@ def test_case_early_in_a_night_one_429_among_a_few_dozen_answers_is_not_a_share_
     limiter._early = 0.0
     t.now += 1.0
     _at_pace(t, limiter, 0.9)  # ~42 answers: the night's first second at this pace
-    pace, ceiling = limiter.rate, limiter.ceiling
-    assert pace is not None
-    assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
-    # Truth: 1 refused over max(~43 answers, 200) = 0.5 %: the least step (half the margin), the
-    # estimate kept (lowered only above twice REFUSALS_TOLERATED).
-    assert limiter.rate == pytest.approx(pace * (1 - constants.RATE_MARGIN / 2), rel=1e-9)
-    assert limiter.ceiling == ceiling
+    # Truth: 1 refused over max(~43 answers, 200) = 0.5 %.
+    _a_lone_429_steps_the_least(t, limiter)
 
 
 def test_case_refusals_of_a_steady_share_still_set_a_new_estimate() -> None:
