@@ -457,8 +457,13 @@ class RateLimiter:
             # (Not within a window of the level's setting: the last second's count is then the
             # slow start's climb to it, or the streak it cut, not what the server takes at this
             # pace. A lone 429 50 ms after the slow start's estimate of 190.9 req/s, at a limit of
-            # 200, burst 1, took the pace 8 % down to that count, 172 req/s, traced.)
-            if accepted < self.rate * (1 - 2 * constants.RATE_MARGIN) and not self._just_leveled(now):
+            # 200, burst 1, took the pace 8 % down to that count, 172 req/s, traced. Nor at a
+            # bucket known to hold one token: a pace above its limit is refused at once, never for
+            # seconds, so a low count there is our demand's (a lull, the climb back after a rough
+            # cut): at the top of that climb, 49.6 req/s for a limit of 50, it took the pace to
+            # 45.6 and the estimate to 46.6, and the night spent 10 s climbing back, traced.)
+            plainly_less = accepted < self.rate * (1 - 2 * constants.RATE_MARGIN)
+            if plainly_less and not self._just_leveled(now) and not self._one_token_bucket:
                 lower = max(min(lower, accepted), self.rate * (1 - 4 * constants.RATE_MARGIN))
             self.rate = self._capped(lower)
             too_many = share >= 2 * constants.REFUSALS_TOLERATED
@@ -743,13 +748,19 @@ class RateLimiter:
         Above the limit a steady share of the answers is refused; one refusal in the last
         ACCEPT_WINDOW s, or a share under SUSTAINED_REFUSALS, is not that (at 20 req/s one 429
         among 20 answers is 5 %, yet says nothing of the pace). At a bucket known to hold one
-        token (a close pair was refused: no longer catching up), two are not that either: its
-        429s come at any pace, from arrivals a few ms early, and two 0.26 s apart read as a
-        young streak cut the pace 9 % (44 of 50 req/s for ~10 s, traced).
+        token (a close pair was refused: no longer catching up), two are not that either, nor
+        more under ``ONE_TOKEN_SUSTAINED_REFUSALS``: its 429s come at any pace, from arrivals
+        a few ms early (two 0.26 s apart read as a young streak cut the pace 9 %, 44 of 50 req/s
+        for ~10 s; three in 0.93 s, 47.5 -> 44 req/s for the rest of a night, traced), and a pace
+        above its limit has about every other request refused.
         """
         share = self._refused_share(now)  # (prunes the refusals to the window)
-        lone = 2 if self._one_token_bucket else 1
-        return bool(self._accepted) and (len(self._refused) <= lone or share < constants.SUSTAINED_REFUSALS)
+        lone, sustained = (
+            (2, constants.ONE_TOKEN_SUSTAINED_REFUSALS)
+            if self._one_token_bucket
+            else (1, constants.SUSTAINED_REFUSALS)
+        )
+        return bool(self._accepted) and (len(self._refused) <= lone or share < sustained)
 
     def _sent_close(self, started: float, rate: float) -> bool:
         """Did the request sent at ``started`` leave closer than an interval (less the margin) to

@@ -1255,20 +1255,25 @@ def test_case_a_young_streak_right_after_the_level_was_set_steps_back_twice_the_
 
 
 def _level_set_after_a_climb(one_token: bool) -> tuple[FakeTime, RateLimiter]:
-    """The slow start climbs past a limit of 50 req/s; its first 429 sets a level, two more 429s
+    """The slow start climbs past a limit of 50 req/s; its first 429 sets a level, more 429s
     come within the next half second (a bucket of one token known since the first, or not), the
-    last of them setting the level again; then two seconds at the pace."""
+    last of them setting the level again; then two seconds at the pace. (At a bigger bucket two
+    more, 5 answers apart; at one token a pace above its limit has every other request refused,
+    and the 429s set the level once they are ONE_TOKEN_SUSTAINED_REFUSALS of the last second.)"""
     t, limiter = _slow_start(20.0, 52.0)
     assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
     if one_token:
         limiter._catch_up = 0.0  # a close pair refused: a bucket of one token
-    for _ in range(2):
+    between, more = (1, 10) if one_token else (5, 2)
+    for _ in range(more):
         t.now = max(t.now, limiter.cooldown_until)
-        for _ in range(5):
+        for _ in range(between):
             limiter.on_success(t.now)
             t.now += 1 / limiter.rate
         assert limiter.on_rate_limited(started=t.now - 0.001, retry_after=1.0) is True
-    assert limiter._leveled_at == t.now  # the third 429 set the level
+        if one_token and limiter._leveled_at == t.now:
+            break
+    assert limiter._leveled_at == t.now  # the last 429 set the level
     _at_pace(t, limiter, 2.0)
     return t, limiter
 
@@ -1917,12 +1922,42 @@ def test_case_a_streak_longer_than_the_window_counts_its_pauses_as_time_the_buck
     assert cuts[-1] <= 20.0 * 1.03, cuts  # (old: 24.9, 21.7, 21.3, 20.7)
 
 
-def test_case_two_429s_within_a_second_at_a_one_token_bucket_step_back_a_little_not_to_a_streak_cut() -> None:
+def test_case_at_a_one_token_bucket_a_lone_429_at_the_top_of_the_climb_back_is_a_small_step() -> None:
+    """50 req/s, burst 1, 20 ms: the slow start set a level too high (53.5 req/s), and a 429 too
+    soon to measure cut the pace x 0.8 to 41.9, leaving 52.4 as a bound. The climb back (20 %/s)
+    met a lone 429 at 48.7 req/s, jitter: the last second's count was the climb's average, ~44
+    req/s, under the pace by more than twice the margin, and the step went down to it (45.6 req/s,
+    the estimate 46.6, for the next 10 s of the night, traced). At a bucket of one token a pace
+    above the limit is refused at once, never for seconds: that count was our demand's, and the
+    429 is a small step, like any lone 429 there."""
+    t, limiter = _near_an_estimate(52.4 * constants.RATE_DECREASE, 52.4)  # as the rough cut left it
+    limiter._settled = 53.5
+    limiter._catch_up = 0.0  # a close pair refused before: a bucket of one token
+    limiter._early = 0.0
+    limiter._last_decrease = limiter._last_grow = t.now
+    answered: list[float] = []
+    t.now = max(t.now, limiter.cooldown_until)
+    while limiter.rate < 48.7:  # the climb back, every request answered
+        limiter.on_success(t.now)
+        answered.append(t.now)
+        t.now += 1 / limiter.rate
+    pace = limiter.rate
+    # Truth: the last second's count, n - 1 intervals over its span, is the climb's average.
+    window = [a for a in answered if a >= t.now - constants.ACCEPT_WINDOW]
+    counted = (len(window) - 1) / (window[-1] - window[0])
+    assert counted < pace * (1 - 2 * constants.RATE_MARGIN)  # (what the step went down to)
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0) is True
+    assert limiter.rate >= pace * (1 - constants.RATE_MARGIN), (pace, counted, limiter.rate)
+    assert limiter.ceiling is not None and limiter.ceiling >= pace * (1 - constants.RATE_MARGIN)
+
+
+def test_case_a_few_429s_in_a_second_at_a_one_token_bucket_step_back_a_little_not_to_a_streak_cut() -> None:
     """50 req/s, burst 1, 200 ms: at a bucket known to hold one token (a close pair refused
     before) 429s come at any pace, from arrivals a few ms early. Two of them 0.26 s apart read
     as a young streak, and the share refused since the first (1 of 13) cut the pace 9 %, to
-    44 req/s, for ~10 s (a 40-s night at 89.8 % of the limit, traced). Two in a second are still
-    that jitter while they stay a small share of the last seconds: a small step, the estimate kept."""
+    44 req/s, for ~10 s (a 40-s night at 89.8 % of the limit, traced). Two or three in a second are
+    still that jitter while they stay a small share of the last second: a small step each, the
+    estimate kept."""
     t, limiter = _near_an_estimate(49.0, 50.0)
     limiter._catch_up = 0.0  # as after a 429 on a close pair: a one-token bucket
     limiter._early = 0.0
@@ -1938,11 +1973,26 @@ def test_case_two_429s_within_a_second_at_a_one_token_bucket_step_back_a_little_
     assert limiter.rate is not None
     assert limiter.rate >= pace * (1 - 2 * constants.RATE_MARGIN), (pace, limiter.rate)
 
-    # More than two in a second, at that bucket, are a pace above its limit: a streak's cut.
-    for _ in range(2):
-        t.now = max(t.now, limiter.cooldown_until) + 0.05
+    # A third within the second is that jitter too (three in 0.93 s cut 47.5 -> 44 req/s for the
+    # rest of a night, traced): a step, the estimate kept.
+    t.now = max(t.now, limiter.cooldown_until)
+    _at_pace(t, limiter, 0.25)
+    stepped = limiter.rate
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.ceiling == ceiling and limiter._leveled_at is None
+    assert limiter.rate >= stepped * (1 - 2 * constants.RATE_MARGIN), (stepped, limiter.rate)
+
+    # A pace above its limit has every other request refused: once those 429s are
+    # ONE_TOKEN_SUSTAINED_REFUSALS of the last second, a streak's cut sets the level.
+    for _ in range(20):
+        t.now = max(t.now, limiter.cooldown_until)
         limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
         limiter.on_rate_limited(started=t.now, retry_after=1.0)
+        if limiter._leveled_at == t.now:
+            break
+    assert limiter._leveled_at == t.now
+    assert limiter._refused_share(t.now) >= constants.ONE_TOKEN_SUSTAINED_REFUSALS
     assert limiter.rate < pace * (1 - 2 * constants.RATE_MARGIN)
 
 
