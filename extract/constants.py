@@ -91,7 +91,7 @@ SUSTAINED_REFUSALS = 0.03
 # At a bucket known to hold one token, a pace above its limit has about every other request
 # refused (each 429's pause of two intervals lets one through, the next comes too soon); 429s
 # under this share of the last ACCEPT_WINDOW s are arrivals bunched on the way (a stall at either
-# end), however many: three in 0.93 s at 50 req/s, 4-5 % under the limit, cut it 9 % (traced).
+# end), however many: three in 0.93 s at 50 req/s, 5 % under the limit, cut it 7.5 % (traced).
 ONE_TOKEN_SUSTAINED_REFUSALS = 0.15
 # Under an announced limit, a steady share also needs at least this many 429s, in this many
 # seconds of the tally: a few at once are a stall's bunch (3 429s among a short night's 99 answers

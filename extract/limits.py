@@ -68,8 +68,9 @@ class RateLimiter:
       limit (plus what its bucket held). The pace drops to ``ceiling x (1 - RATE_MARGIN)``,
       once per 429 episode, not halved on every 429. (The first 429 after a rough cut, at the top
       of the climb back, is the pace passing the limit: the level is that pace, less the margin.)
-      An *isolated* 429 (one in the last second, two at a bucket known to hold one token, or
-      under ``SUSTAINED_REFUSALS`` of its answers) is jitter at a small bucket, not the pace: while
+      An *isolated* 429 (one in the last second, or under ``SUSTAINED_REFUSALS`` of its answers;
+      at a bucket known to hold one token two, or under ``ONE_TOKEN_SUSTAINED_REFUSALS``: above
+      that bucket's limit every other request is refused) is jitter at a small bucket, not the pace: while
       such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the
       pause, above it each is a small step back (and above twice it, of the estimate too). (The
       429s of requests sent unpaced are not in that tally: a discovery's bunch says nothing of a
