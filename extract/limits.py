@@ -70,12 +70,12 @@ class RateLimiter:
       of the climb back, is the pace passing the limit: the level is that pace, less the margin.)
       An *isolated* 429 (one in the last second, or under ``SUSTAINED_REFUSALS`` of its answers;
       at a bucket known to hold one token two, or under ``ONE_TOKEN_SUSTAINED_REFUSALS``: above
-      that bucket's limit every other request is refused) is jitter at a small bucket, not the pace: while
-      such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they cost only the
-      pause, above it each is a small step back (and above twice it, of the estimate too). (The
-      429s of requests sent unpaced are not in that tally: a discovery's bunch says nothing of a
-      pace.) A lone 429 too soon after a lull to measure anything, at a pace of at least
-      ``LULL_MIN_RATE`` and no higher than the level settled, costs its pause.
+      that bucket's limit every other request is refused) is jitter at a small bucket, not the
+      pace: while such 429s stay under ``REFUSALS_TOLERATED`` of the last ``TALLY_SECONDS`` they
+      cost only the pause, above it each is a small step back (and above twice it, of the estimate
+      too). (The 429s of requests sent unpaced are not in that tally: a discovery's bunch says
+      nothing of a pace.) A lone 429 too soon after a lull to measure anything, at a pace of at
+      least ``LULL_MIN_RATE`` and no higher than the level settled, costs its pause.
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a

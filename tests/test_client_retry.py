@@ -857,7 +857,7 @@ def test_case_without_catching_up_the_last_moment_of_a_wait_is_slept_off_the_loo
         t.now += seconds
 
     limiter = RateLimiter(cap=50.0, adaptive=False, clock=t.clock, sleep=t.sleep, settle=settle)
-    limiter._early, limiter._catch_up = 0.0, 0.0  # (as after a 429 on a close pair)
+    _one_token_known(limiter)
     interval = 1 / limiter.rate
     sent = run(send_paced(limiter, t, 50))
     gaps = [b - a for a, b in itertools.pairwise(sent)]
@@ -933,7 +933,7 @@ def test_case_on_the_nights_loop_no_wait_is_slept_blocking() -> None:
             t.now += seconds
 
         limiter = RateLimiter(cap=50.0, adaptive=False, clock=t.clock, sleep=t.sleep, settle=settle)
-        limiter._early, limiter._catch_up = 0.0, 0.0  # (as after a 429 on a close pair)
+        _one_token_known(limiter)
         with asyncio.Runner(loop_factory=make_loop) as runner:
             runner.run(send_paced(limiter, t, 20))
 
@@ -1078,6 +1078,13 @@ def test_case_a_slow_start_that_just_passed_the_limit_estimates_it_from_its_pace
     assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0) is True
     assert limiter.ceiling == pytest.approx(pace, rel=0.1)
     assert limiter.rate == pytest.approx(limiter.ceiling * (1 - constants.RATE_MARGIN))
+
+
+def _one_token_known(limiter: RateLimiter) -> None:
+    """The state a 429 on a close pair leaves: a bucket known to hold one token (no pair catches up
+    any more) and no slot taken early."""
+    limiter._early, limiter._catch_up = 0.0, 0.0
+    assert limiter._one_token_bucket
 
 
 def _near_an_estimate(rate: float, ceiling: float) -> tuple[FakeTime, RateLimiter]:
@@ -1371,8 +1378,7 @@ def test_case_early_in_a_night_one_429_among_a_few_dozen_answers_is_not_a_share_
     the estimate with it (47.6 -> 46.5 req/s for a limit of 50, burst 1, 20 ms, traced). The
     share is counted over at least TALLY_MIN_ANSWERS answers."""
     t, limiter = _near_an_estimate(46.7, 47.6)
-    limiter._catch_up = 0.0  # a one-token bucket, known
-    limiter._early = 0.0
+    _one_token_known(limiter)
     t.now += 1.0
     _at_pace(t, limiter, 0.9)  # ~42 answers: the night's first second at this pace
     # Truth: 1 refused over max(~43 answers, 200) = 0.5 %.
@@ -1932,8 +1938,7 @@ def test_case_at_a_one_token_bucket_a_lone_429_at_the_top_of_the_climb_back_is_a
     429 is a small step, like any lone 429 there."""
     t, limiter = _near_an_estimate(52.4 * constants.RATE_DECREASE, 52.4)  # as the rough cut left it
     limiter._settled = 53.5
-    limiter._catch_up = 0.0  # a close pair refused before: a bucket of one token
-    limiter._early = 0.0
+    _one_token_known(limiter)
     limiter._last_decrease = limiter._last_grow = t.now
     answered: list[float] = []
     t.now = max(t.now, limiter.cooldown_until)
@@ -1959,8 +1964,7 @@ def test_case_a_few_429s_in_a_second_at_a_one_token_bucket_step_back_a_little_no
     still that jitter while they stay a small share of the last second: a small step each, the
     estimate kept."""
     t, limiter = _near_an_estimate(49.0, 50.0)
-    limiter._catch_up = 0.0  # as after a 429 on a close pair: a one-token bucket
-    limiter._early = 0.0
+    _one_token_known(limiter)
     t.now += 0.5
     _at_pace(t, limiter, 10.0)  # no 429 for 10 s
     pace, ceiling = limiter.rate, limiter.ceiling  # (the probe took both a little higher)
@@ -2104,7 +2108,7 @@ def test_case_a_slots_wake_up_is_aimed_early_by_a_low_quantile_of_how_late_wake_
     expected_lead = JitteryTime.LATE_MIN + 0.1 * (JitteryTime.LATE_MAX - JitteryTime.LATE_MIN)
     t = JitteryTime()
     limiter = RateLimiter(cap=200.0, adaptive=False, clock=t.clock, sleep=t.sleep)
-    limiter._early, limiter._catch_up = 0.0, 0.0  # (as after a 429 on a close pair)
+    _one_token_known(limiter)
     interval = 1 / 200.0
 
     first = _gaps(run(send_paced(limiter, t, 100)))  # (while it learns)
@@ -2121,7 +2125,7 @@ def test_case_on_time_wake_ups_learn_no_lead() -> None:
     request leaves before its slot."""
     for t in (FakeTime(), LateTime()):
         limiter = RateLimiter(cap=50.0, adaptive=False, clock=t.clock, sleep=t.sleep)
-        limiter._early, limiter._catch_up = 0.0, 0.0
+        _one_token_known(limiter)
         gaps = _gaps(run(send_paced(limiter, t, 300)))
         assert limiter._lead == 0.0
         assert min(gaps) >= 0.999 / 50.0
