@@ -93,7 +93,8 @@ class RateLimiter:
     * The refused request waits its ``Retry-After``; every other request pauses too (a shared
       cool-down): for the whole ``Retry-After`` when it is long (the server is out for a
       while), for two intervals at the pace the 429 was sent at when it is a token bucket's
-      rounded-up second. Unpaced, a pause is never shorter than ``MIN_PAUSE``, so a
+      rounded-up second; not at all after a lone 429 at a bucket known to hold one token
+      (jitter: its token is back by the next slot). Unpaced, a pause is never shorter than ``MIN_PAUSE``, so a
       ``Retry-After: 0`` or a date in the past cannot make us spin; paced, the pace keeps us from
       spinning (and 50 ms a 429 would cost a quarter of the pace at 500 req/s).
     """
@@ -374,7 +375,12 @@ class RateLimiter:
         # pace at 500 req/s.
         floor = min(constants.MIN_PAUSE, 2.0 / self.rate) if self.rate is not None else constants.MIN_PAUSE
         pause = self._shared_pause(retry_after)
-        self._pause(now, pause, floor)
+        if not (isolated and self._one_token_bucket and pause <= constants.SHARED_PAUSE_FULL):
+            self._pause(now, pause, floor)
+        # (Not after a lone 429 at a bucket known to hold one token, unless its Retry-After is long:
+        # that 429 is jitter, a request that reached the server a little early, and the bucket it
+        # found short of its token gets one back by the next slot, an interval on. A pause of two
+        # intervals there cost a slot a 429, 0.65 % of a night at 50 req/s, burst 1, 20 ms, traced.)
         self._accepted_at_refusal = self._accepted_count
         # A short pause refills a token bucket by its rate x the pause, about ours x the pause (a
         # long one, by up to its size, unknown).

@@ -1049,7 +1049,7 @@ def test_case_a_lone_429_steps_back_by_the_overshoot_its_spacing_measures() -> N
         pace = limiter.rate
         assert pace is not None and stepped is close_pair_refused  # else rare: a pause only
         assert pace == pytest.approx(before * (1 - least) if close_pair_refused else before, rel=1e-9)
-        t.now = limiter.cooldown_until
+        t.now = max(t.now, limiter.cooldown_until)  # (no pause after a lone 429 at a one-token bucket)
         n = 80
         for _ in range(n):
             limiter.on_success(t.now)
@@ -1998,6 +1998,57 @@ def test_case_a_few_429s_in_a_second_at_a_one_token_bucket_step_back_a_little_no
     assert limiter._leveled_at == t.now
     assert limiter._refused_share(t.now) >= constants.ONE_TOKEN_SUSTAINED_REFUSALS
     assert limiter.rate < pace * (1 - 2 * constants.RATE_MARGIN)
+
+
+def test_case_at_a_one_token_bucket_a_lone_429_pauses_no_one_a_streak_and_a_long_retry_after_do() -> None:
+    """50 req/s, burst 1, 20 ms: at a bucket known to hold one token a lone 429 is jitter (the
+    request before reached the server late, this one on time), and each paused every request two
+    intervals: a slot lost a 429, 0.65 % of a night (traced). The bucket refused that request
+    without taking a token, so the next slot, an interval on at a pace under its limit, finds one:
+    no pause there. A pace above the limit (a streak) still pauses everyone, and so does a long
+    Retry-After (the server is out for a while)."""
+    limit = 50.0
+    t, limiter = _near_an_estimate(48.0, limit)
+    _one_token_known(limiter)
+    t.now += 0.5
+    _at_pace(t, limiter, 10.0)
+    pace = limiter.rate
+    assert pace is not None
+
+    async def slot() -> float:
+        await limiter.wait_turn()
+        return t.now
+
+    refused = run(slot())
+    # Truth: a one-token bucket of 50/s, in plain Python. The request before reached it 0.9 ms late,
+    # this one on time: closer than 1/limit, refused, and no token taken.
+    previous_arrival = refused - 1 / pace + 0.0009
+    tokens = min(1.0, (refused - previous_arrival) * limit)
+    assert tokens < 1.0  # (refused)
+    t.now += 0.0003  # the 429 comes back at once
+    limiter.on_rate_limited(started=refused, retry_after=1.0)
+    assert limiter.cooldown_until <= t.now  # no one paused
+    following = run(slot())
+    assert following - refused == pytest.approx(1 / pace)  # the slot it had: none lost
+    assert min(1.0, tokens + (following - refused) * limit) >= 1.0  # and the bucket takes it
+
+    # A long Retry-After: the server is out for a while, everyone waits it out.
+    t.now += 1 / pace
+    limiter.on_rate_limited(started=t.now, retry_after=5.0)
+    assert limiter.cooldown_until == pytest.approx(t.now + 5.0)
+
+    # A pace above the limit has every other request refused: a streak, and it pauses.
+    t.now = limiter.cooldown_until + 2.0
+    _at_pace(t, limiter, 2.0)
+    for _ in range(20):
+        t.now = max(t.now, limiter.cooldown_until)
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+        limiter.on_rate_limited(started=t.now, retry_after=1.0)
+        if limiter._leveled_at == t.now:
+            break
+    assert limiter._leveled_at == t.now  # the streak's cut
+    assert limiter.cooldown_until > t.now  # and its pause
 
 
 def test_case_the_first_429_after_a_rough_cut_at_the_top_of_the_climb_sets_the_level_at_the_pace() -> None:
