@@ -1087,6 +1087,19 @@ def _one_token_known(limiter: RateLimiter) -> None:
     assert limiter._one_token_bucket
 
 
+def _every_other_refused_until_a_streak_cuts(t: FakeTime, limiter: RateLimiter) -> None:
+    """Above a one-token limit every other request is refused: answer one, refuse the next, until
+    a 429 sets the level (a streak's cut; at most 20 pairs)."""
+    for _ in range(20):
+        t.now = max(t.now, limiter.cooldown_until)
+        limiter.on_success(t.now)
+        t.now += 1 / limiter.rate
+        limiter.on_rate_limited(started=t.now, retry_after=1.0)
+        if limiter._leveled_at == t.now:
+            break
+    assert limiter._leveled_at == t.now
+
+
 def _near_an_estimate(rate: float, ceiling: float) -> tuple[FakeTime, RateLimiter]:
     """A limiter pacing at ``rate`` just under the estimate ``ceiling`` a 429 gave a moment ago."""
     t = FakeTime()
@@ -1988,14 +2001,7 @@ def test_case_a_few_429s_in_a_second_at_a_one_token_bucket_step_back_a_little_no
 
     # A pace above its limit has every other request refused: once those 429s are
     # ONE_TOKEN_SUSTAINED_REFUSALS of the last second, a streak's cut sets the level.
-    for _ in range(20):
-        t.now = max(t.now, limiter.cooldown_until)
-        limiter.on_success(t.now)
-        t.now += 1 / limiter.rate
-        limiter.on_rate_limited(started=t.now, retry_after=1.0)
-        if limiter._leveled_at == t.now:
-            break
-    assert limiter._leveled_at == t.now
+    _every_other_refused_until_a_streak_cuts(t, limiter)
     assert limiter._refused_share(t.now) >= constants.ONE_TOKEN_SUSTAINED_REFUSALS
     assert limiter.rate < pace * (1 - 2 * constants.RATE_MARGIN)
 
@@ -2040,15 +2046,8 @@ def test_case_at_a_one_token_bucket_a_lone_429_pauses_no_one_a_streak_and_a_long
     # A pace above the limit has every other request refused: a streak, and it pauses.
     t.now = limiter.cooldown_until + 2.0
     _at_pace(t, limiter, 2.0)
-    for _ in range(20):
-        t.now = max(t.now, limiter.cooldown_until)
-        limiter.on_success(t.now)
-        t.now += 1 / limiter.rate
-        limiter.on_rate_limited(started=t.now, retry_after=1.0)
-        if limiter._leveled_at == t.now:
-            break
-    assert limiter._leveled_at == t.now  # the streak's cut
-    assert limiter.cooldown_until > t.now  # and its pause
+    _every_other_refused_until_a_streak_cuts(t, limiter)
+    assert limiter.cooldown_until > t.now  # and pauses
 
 
 def test_case_the_first_429_after_a_rough_cut_at_the_top_of_the_climb_sets_the_level_at_the_pace() -> None:
