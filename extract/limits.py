@@ -11,7 +11,8 @@ so we find it, and stay just under it:
   x what we sent only when too few answers came to measure); from there it probes upward per
   second (``RATE_PROBE_*``), slowly near the estimate, only while the rate is what holds us back.
   A ``Retry-After`` pauses **every** request (a shared cool-down), not just the one that
-  was refused: the server said it is out of tokens for everyone.
+  was refused: the server said it is out of tokens for everyone (but not a short one after
+  jitter at a bucket known to hold one token: see the class).
 - :class:`AdaptiveConcurrency` bounds the requests in flight; it shrinks on a 429 and
   grows while it is the bottleneck: by one per success until the first 429 (a slow start,
   doubling every round trip), then by one per "window" of successes (AIMD again). Once we
@@ -75,7 +76,8 @@ class RateLimiter:
       cost only the pause, above it each is a small step back (and above twice it, of the estimate
       too). (The 429s of requests sent unpaced are not in that tally: a discovery's bunch says
       nothing of a pace.) A lone 429 too soon after a lull to measure anything, at a pace of at
-      least ``LULL_MIN_RATE`` and no higher than the level settled, costs its pause.
+      least ``LULL_MIN_RATE`` and no higher than the level settled, costs its pause (at a bucket
+      known to hold one token, nothing: no pause there either, below).
     * **Probing**: without an estimate (a 429 before enough answers to measure) the rate
       grows x2.7 a second (``RATE_PROBE_START``, a slow start); well below ``ceiling`` it grows
       fast (``RATE_PROBE_FAR`` per second); near it, very slowly (``RATE_PROBE_NEAR``), so a
@@ -93,10 +95,13 @@ class RateLimiter:
     * The refused request waits its ``Retry-After``; every other request pauses too (a shared
       cool-down): for the whole ``Retry-After`` when it is long (the server is out for a
       while), for two intervals at the pace the 429 was sent at when it is a token bucket's
-      rounded-up second; not at all after a lone 429 at a bucket known to hold one token
-      (jitter: its token is back by the next slot). Unpaced, a pause is never shorter than ``MIN_PAUSE``, so a
-      ``Retry-After: 0`` or a date in the past cannot make us spin; paced, the pace keeps us from
-      spinning (and 50 ms a 429 would cost a quarter of the pace at 500 req/s).
+      rounded-up second. Not at all after an isolated 429 (jitter, as above) at a bucket known
+      to hold one token, when its ``Retry-After`` is short: a token bucket takes no token for a
+      request it refuses, so the next slot, an interval on, finds one; a streak there pauses
+      (once it is one: over ``ONE_TOKEN_SUSTAINED_REFUSALS``). Unpaced, a pause is never shorter
+      than ``MIN_PAUSE``, so a ``Retry-After: 0`` or a date in the past cannot make us spin;
+      paced, the pace keeps us from spinning (and 50 ms a 429 would cost a quarter of the pace
+      at 500 req/s).
     """
 
     def __init__(
@@ -375,16 +380,18 @@ class RateLimiter:
         # pace at 500 req/s.
         floor = min(constants.MIN_PAUSE, 2.0 / self.rate) if self.rate is not None else constants.MIN_PAUSE
         pause = self._shared_pause(retry_after)
-        if not (isolated and self._one_token_bucket and pause <= constants.SHARED_PAUSE_FULL):
+        # Not after an isolated 429 at a bucket known to hold one token (read before this 429 may
+        # find it: that one pauses), unless its Retry-After is long: that 429 is jitter, a request
+        # that reached the server a little early, and a token bucket takes no token for a request
+        # it refuses, so the next slot, an interval on, finds one. A pause of two intervals there
+        # cost a slot a 429, 0.65 % of a night at 50 req/s, burst 1, 20 ms, traced.
+        paused = not (isolated and self._one_token_bucket and pause <= constants.SHARED_PAUSE_FULL)
+        if paused:
             self._pause(now, pause, floor)
-        # (Not after a lone 429 at a bucket known to hold one token, unless its Retry-After is long:
-        # that 429 is jitter, a request that reached the server a little early, and the bucket it
-        # found short of its token gets one back by the next slot, an interval on. A pause of two
-        # intervals there cost a slot a 429, 0.65 % of a night at 50 req/s, burst 1, 20 ms, traced.)
         self._accepted_at_refusal = self._accepted_count
         # A short pause refills a token bucket by its rate x the pause, about ours x the pause (a
         # long one, by up to its size, unknown).
-        short = self.rate is not None and pause <= constants.SPACING_PAUSE_INTERVALS / self.rate
+        short = paused and self.rate is not None and pause <= constants.SPACING_PAUSE_INTERVALS / self.rate
         self._refilled_at_refusal = self.rate * max(pause, floor) if short and self.rate is not None else None
         if not self.adaptive or started < self._last_decrease:
             return False  # same episode: the requests in flight at the first 429 also get one
