@@ -811,6 +811,7 @@ def test_case_a_lone_429_at_a_one_token_bucket_stops_the_pace_catching_up() -> N
     close = sent[before.index(min(before)) + 1]  # the one the bucket refuses
     assert limiter.on_rate_limited(started=close, retry_after=1.0) is False
     assert (limiter.rate, limiter.ceiling) == (pace, ceiling)
+    assert limiter.cooldown_until > t.now  # the 429 that finds the one-token bucket still pauses
     t.now = limiter.cooldown_until
     after = gaps(run(send_paced(limiter, t, 40)))
     assert min(after) >= 0.999 / limiter.rate  # never closer than the interval again
@@ -1027,7 +1028,8 @@ def test_case_lone_429s_at_a_big_drained_bucket_step_under_the_limit_by_their_sp
 
 
 def test_case_a_lone_429_steps_back_by_the_overshoot_its_spacing_measures() -> None:
-    """Case: a lone 429, then n answers later another, both after short pauses: a drained bucket
+    """Case: a lone 429, then n answers later another, both after short pauses (none at a bucket
+    known to hold one token, the second case below): a drained bucket
     got back 2 tokens (our rate x a pause of 2 intervals) and took n answers to drain again, so we
     send 2/n above its limit. The step is that, plus the margin (landing where an estimate puts
     the pace: 2 % under the limit; half of it drew 1.04 % 429s at 20 req/s, burst 5, measured),
@@ -2026,9 +2028,9 @@ def test_case_at_a_one_token_bucket_a_lone_429_pauses_no_one_a_streak_and_a_long
         return t.now
 
     refused = run(slot())
-    # Truth: a one-token bucket of 50/s, in plain Python. The request before reached it 0.9 ms late,
-    # this one on time: closer than 1/limit, refused, and no token taken.
-    previous_arrival = refused - 1 / pace + 0.0009
+    # Truth: a one-token bucket of 50/s, in plain Python. The request before reached it late, 0.1 ms
+    # less than the limit's interval before this one: refused, and no token taken.
+    previous_arrival = refused - (1 / limit - 0.0001)
     tokens = min(1.0, (refused - previous_arrival) * limit)
     assert tokens < 1.0  # (refused)
     t.now += 0.0003  # the 429 comes back at once
@@ -2036,11 +2038,13 @@ def test_case_at_a_one_token_bucket_a_lone_429_pauses_no_one_a_streak_and_a_long
     assert limiter.cooldown_until <= t.now  # no one paused
     following = run(slot())
     assert following - refused == pytest.approx(1 / pace)  # the slot it had: none lost
-    assert min(1.0, tokens + (following - refused) * limit) >= 1.0  # and the bucket takes it
+    assert min(1.0, tokens + (following - refused) * limit) >= 1.0  # (which that bucket takes)
 
-    # A long Retry-After: the server is out for a while, everyone waits it out.
+    # A long Retry-After after the same jitter (isolated: two 429s in the window, at a bucket
+    # known to hold one token): the server is out for a while, everyone waits it out.
     t.now += 1 / pace
     limiter.on_rate_limited(started=t.now, retry_after=5.0)
+    assert limiter._isolated_refusal(t.now)
     assert limiter.cooldown_until == pytest.approx(t.now + 5.0)
 
     # A pace above the limit has every other request refused: a streak, and it pauses.
