@@ -277,6 +277,12 @@ def bench(
             "--next-night", help="rate matrix: measure a second night, started at the rate the first found"
         ),
     ] = False,
+    nights: Annotated[
+        int,
+        typer.Option(
+            min=1, help="rate matrix: nights per cell, in turn (> 1: the median, the lowest, how many met)"
+        ),
+    ] = 1,
     history_cost: Annotated[
         bool, typer.Option("--history-cost", help="requests and bytes: whole histories vs the window")
     ] = False,
@@ -291,7 +297,14 @@ def bench(
         split = len(rates.split(","))
         raise typer.Exit(
             run_rate_matrix(
-                numbers[:split], bursts.split(","), numbers[split:], seconds, markdown, announced, next_night
+                numbers[:split],
+                bursts.split(","),
+                numbers[split:],
+                seconds,
+                markdown,
+                announced,
+                next_night,
+                nights=nights,
             )
         )
     raise typer.Exit(run_bench_cli(clients or [10_000], sandbox_only=sandbox_only))

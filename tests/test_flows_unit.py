@@ -294,6 +294,27 @@ def test_the_rate_matrix_measures_each_cell_once() -> None:
     assert len(matrix_grid([20.0], ["R"], [0.0], announced=True)) == 2  # silent and announced
 
 
+def test_case_a_cell_of_several_nights_reads_its_median_lowest_and_nights_met() -> None:
+    """``bench --rate-matrix --nights 3``: one 15-s night is a coin toss near the line, so a cell
+    measured three nights reads the median of its % of the limit, the lowest, the median % 429,
+    and how many nights met it; the footer counts the cells met every night and in most."""
+    from membersync.flows.benchmarks.sync import NightsOfACell, RateCell, _nights_markdown
+
+    def night(share: float, steady_429: float) -> RateCell:
+        return RateCell(50.0, 1.0, 0.0, False, 1072, 16, share, 0.015, steady_429, 20.0)
+
+    shaky = NightsOfACell((night(0.962, 0.0033), night(0.925, 0.0023), night(0.970, 0.0046)))
+    steady = NightsOfACell((night(0.99, 0.004), night(0.98, 0.002)))
+    # Truth, by hand: the middle of three sorted values; two met (>= 95 %, < 1 % 429) of three.
+    assert shaky.median_share == 0.962 and shaky.lowest_share == 0.925
+    assert shaky.median_429 == 0.0033 and shaky.met == 2
+    assert steady.median_share == pytest.approx(0.985) and steady.met == 2
+    table = _nights_markdown([shaky, steady])
+    assert "| 50 | 1 | 0 ms | silent | 96.2% | 92.5% | 0.33% | 2 of 3 | 96.2%, 92.5%, 97.0% |" in table
+    assert "| 98.5% | 98.0% | 0.30% | 2 of 2 | 99.0%, 98.0% |" in table
+    assert "1 of 2 cells met in every night, 2 in most" in table
+
+
 def test_case_the_rate_matrix_measures_from_the_measured_nights_first_second() -> None:
     """The caller subtracts the server's counts from before the night (a probe's, or with
     ``--next-night`` the whole first night's): the seconds left at 0 are not the night's, so the
