@@ -474,8 +474,7 @@ def run_rate_matrix(
     ``nights`` > 1, each cell that many nights in turn, summed up (:class:`NightsOfACell`)."""
     if nights < 1:
         raise ValueError("--nights must be at least 1")
-    cells: list[RateCell] = []
-    repeated: list[NightsOfACell] = []
+    measured_cells: list[NightsOfACell] = []
     for rate, burst, latency, announce in matrix_grid(rates, bursts, latencies, announced):
         measured: list[RateCell] = []
         for night in range(nights):
@@ -491,11 +490,10 @@ def run_rate_matrix(
                 f"({cell.share_429:.2%} over the night)"
             )
             measured.append(cell)
-        if nights > 1:
-            repeated.append(NightsOfACell(tuple(measured)))
-        cells.extend(measured)
-    if repeated:
-        return _print_nights(repeated, markdown)
+        measured_cells.append(NightsOfACell(tuple(measured)))
+    if nights > 1:
+        return _print_nights(measured_cells, markdown)
+    cells = [c.first for c in measured_cells]
     table = Table(title="politeness at the limit (measured at the server)", title_justify="left")
     columns = (
         "rate/s",
@@ -581,23 +579,28 @@ def _print_nights(cells: list[NightsOfACell], markdown: str | None) -> int:
     ):
         table.add_column(column, justify="right")
     for c in cells:
-        first = c.first
-        table.add_row(
-            f"{first.rate:g}",
-            f"{first.burst:g}",
-            f"{first.latency_ms:g} ms",
-            "announced" if first.announce else "silent",
-            f"{c.median_share:.1%}",
-            f"{c.lowest_share:.1%}",
-            f"{c.median_429:.2%}",
-            f"{c.met} of {len(c.nights)}",
-            c.shares(),
-        )
+        table.add_row(*_nights_row(c))
     out.print(table)
     out.print(_nights_footer(cells))
     if markdown:
         Path(markdown).write_text(_nights_markdown(cells), encoding="utf-8")
     return 0
+
+
+def _nights_row(c: NightsOfACell) -> list[str]:
+    """A cell's fields, as the terminal table and the markdown table both show them."""
+    first = c.first
+    return [
+        f"{first.rate:g}",
+        f"{first.burst:g}",
+        f"{first.latency_ms:g} ms",
+        "announced" if first.announce else "silent",
+        f"{c.median_share:.1%}",
+        f"{c.lowest_share:.1%}",
+        f"{c.median_429:.2%}",
+        f"{c.met} of {len(c.nights)}",
+        c.shares(),
+    ]
 
 
 def _nights_footer(cells: list[NightsOfACell]) -> str:
@@ -612,13 +615,7 @@ def _nights_markdown(cells: list[NightsOfACell]) -> str:
         "| nights (% of limit) |",
         "|---:|---:|---:|---|---:|---:|---:|---|---|",
     ]
-    for c in cells:
-        first = c.first
-        lines.append(
-            f"| {first.rate:g} | {first.burst:g} | {first.latency_ms:g} ms "
-            f"| {'announced' if first.announce else 'silent'} | {c.median_share:.1%} | {c.lowest_share:.1%} "
-            f"| {c.median_429:.2%} | {c.met} of {len(c.nights)} | {c.shares()} |"
-        )
+    lines += ["| " + " | ".join(_nights_row(c)) + " |" for c in cells]
     return "\n".join(lines) + "\n\n" + _nights_footer(cells) + ".\n"
 
 
