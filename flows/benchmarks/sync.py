@@ -564,19 +564,24 @@ class NightsOfACell:
         return ", ".join(f"{c.share_of_limit:.1%}" for c in self.nights)
 
 
+# The several-nights table's columns, as the terminal and the markdown tables both head them
+# (with the markdown's alignment: numbers right, words left), in the order of ``_nights_row``.
+_NIGHTS_COLUMNS = (
+    ("rate/s", "---:"),
+    ("burst", "---:"),
+    ("latency", "---:"),
+    ("limit headers", "---"),
+    ("median % of limit", "---:"),
+    ("lowest", "---:"),
+    ("median % 429", "---:"),
+    ("met", "---"),
+    ("nights (% of limit)", "---"),
+)
+
+
 def _print_nights(cells: list[NightsOfACell], markdown: str | None) -> int:
     table = Table(title="politeness at the limit, several nights a cell", title_justify="left")
-    for column in (
-        "rate/s",
-        "burst",
-        "latency",
-        "headers",
-        "median % of limit",
-        "lowest",
-        "median % 429",
-        "met",
-        "nights",
-    ):
+    for column, _ in _NIGHTS_COLUMNS:
         table.add_column(column, justify="right")
     for c in cells:
         table.add_row(*_nights_row(c))
@@ -610,12 +615,10 @@ def _nights_footer(cells: list[NightsOfACell]) -> str:
 
 
 def _nights_markdown(cells: list[NightsOfACell]) -> str:
-    lines = [
-        "| rate/s | burst | latency | limit headers | median % of limit | lowest | median % 429 | met "
-        "| nights (% of limit) |",
-        "|---:|---:|---:|---|---:|---:|---:|---|---|",
-    ]
-    lines += ["| " + " | ".join(_nights_row(c)) + " |" for c in cells]
+    head = [name for name, _ in _NIGHTS_COLUMNS]
+    alignment = "|" + "|".join(align for _, align in _NIGHTS_COLUMNS) + "|"
+    lines = ["| " + " | ".join(row) + " |" for row in (head, *map(_nights_row, cells))]
+    lines.insert(1, alignment)
     return "\n".join(lines) + "\n\n" + _nights_footer(cells) + ".\n"
 
 
