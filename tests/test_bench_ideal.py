@@ -8,10 +8,12 @@ bucket once, and every status it reads is the one the sandbox counted.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.flows.benchmarks import ideal
+from membersync.flows.benchmarks.sync import NightsOfACell
 
 AUTH = ("pacer", "pacer-password")
 
@@ -61,3 +63,33 @@ def test_case_an_answer_without_content_length_or_with_bytes_after_it_is_an_erro
         ideal._whole_answer(bytearray(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}"))
     with pytest.raises(RuntimeError, match="bytes after an answer"):
         ideal._whole_answer(bytearray(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1"))
+
+
+def _night(pace: float, share: float, steady_429: float, late_p99_ms: float = 0.3) -> ideal.IdealCell:
+    return ideal.IdealCell(50.0, 1.0, 20.0, pace, 712, share, steady_429, 0.05, late_p99_ms, 3.0)
+
+
+def test_case_the_ideal_pacer_is_judged_by_the_rate_matrix_line_not_by_its_pace() -> None:
+    """Sent at 95 %, the server let 94.9 % through with no 429 (2026-11-28, 50/1/20 ms): not met,
+    as our night would not be; sent at 96 %, 95.3 % through and 0.69 % refused is met; 1.14 %
+    refused is not, whatever the share."""
+    assert not _night(0.95, 0.949, 0.0).ok
+    assert _night(0.96, 0.953, 0.0069).ok
+    assert not _night(0.97, 0.960, 0.0114).ok
+
+
+def test_case_the_ideal_pacer_of_several_nights_counts_the_nights_met(tmp_path: Path) -> None:
+    """``--nights 3``: each cell and pace three nights, read as the median, the lowest, the worst
+    late p99 and how many nights met it (truth by hand: the middle of three sorted values)."""
+    cell = NightsOfACell(
+        (_night(0.96, 0.953, 0.0069), _night(0.96, 0.960, 0.0, 0.52), _night(0.96, 0.949, 0.0))
+    )
+    assert cell.median_share == 0.953 and cell.lowest_share == 0.949 and cell.met == 2
+    markdown = tmp_path / "ideal.md"
+    ideal._print_nights([cell], str(markdown))
+    text = markdown.read_text(encoding="utf-8")
+    assert (
+        "| 50 | 1 | 20 ms | 96% | 95.3% | 94.9% | 0.00% | 0.520 ms | 2 of 3 "
+        "| 95.3% (0.69%), 96.0% (0.00%), 94.9% (0.00%) |"
+    ) in text
+    assert "0 of 1 cells met in every night, 1 in most" in text

@@ -34,10 +34,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 from membersync.flows.schedule import free_port, stop_process
@@ -341,6 +341,12 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
 MET = "at >= 95 % of the limit with < 1 % answered 429 (both after the first 5 s)"
 
 
+def meets(share_of_limit: float, steady_429: float) -> bool:
+    """The issue's line (:data:`MET`), for our night and for the ideal pacer alike: what the
+    server let through over the measured span, and the share of it refused."""
+    return share_of_limit >= 0.95 and steady_429 < 0.01
+
+
 @dataclass(frozen=True)
 class RateCell:
     rate: float
@@ -357,7 +363,7 @@ class RateCell:
 
     @property
     def ok(self) -> bool:
-        return self.share_of_limit >= 0.95 and self.steady_429 < 0.01
+        return meets(self.share_of_limit, self.steady_429)
 
 
 def server_share(
@@ -474,7 +480,7 @@ def run_rate_matrix(
     ``nights`` > 1, each cell that many nights in turn, summed up (:class:`NightsOfACell`)."""
     if nights < 1:
         raise ValueError("--nights must be at least 1")
-    measured_cells: list[NightsOfACell] = []
+    measured_cells: list[NightsOfACell[RateCell]] = []
     for rate, burst, latency, announce in matrix_grid(rates, bursts, latencies, announced):
         measured: list[RateCell] = []
         for night in range(nights):
@@ -532,16 +538,30 @@ def run_rate_matrix(
     return 0
 
 
-@dataclass(frozen=True)
-class NightsOfACell:
-    """One cell of the rate matrix measured several nights in turn (``--nights``): one 15-s night
-    is a coin toss for a cell near the line (50/1/0 ms read 89.5-97.1 % over 16 nights of the
-    same code), so a change is judged on the median and on how many nights met the cell."""
-
-    nights: tuple[RateCell, ...]
+class CountedNight(Protocol):
+    """A night of one cell as the server counted it: our night's, or the ideal pacer's."""
 
     @property
-    def first(self) -> RateCell:
+    def share_of_limit(self) -> float: ...
+    @property
+    def steady_429(self) -> float: ...
+    @property
+    def ok(self) -> bool: ...
+
+
+M = TypeVar("M", bound=CountedNight)
+
+
+@dataclass(frozen=True)
+class NightsOfACell(Generic[M]):
+    """One cell measured several nights in turn (``--nights``): one 15-s night is a coin toss for
+    a cell near the line (50/1/0 ms read 89.5-97.1 % over 16 nights of the same code), so a change
+    is judged on the median and on how many nights met the cell."""
+
+    nights: tuple[M, ...]
+
+    @property
+    def first(self) -> M:
         return self.nights[0]
 
     @property
@@ -579,20 +599,20 @@ _NIGHTS_COLUMNS = (
 )
 
 
-def _print_nights(cells: list[NightsOfACell], markdown: str | None) -> int:
+def _print_nights(cells: list[NightsOfACell[RateCell]], markdown: str | None) -> int:
     table = Table(title="politeness at the limit, several nights a cell", title_justify="left")
     for column, _ in _NIGHTS_COLUMNS:
         table.add_column(column, justify="right")
     for c in cells:
         table.add_row(*_nights_row(c))
     out.print(table)
-    out.print(_nights_footer(cells))
+    out.print(nights_footer(cells))
     if markdown:
         Path(markdown).write_text(_nights_markdown(cells), encoding="utf-8")
     return 0
 
 
-def _nights_row(c: NightsOfACell) -> list[str]:
+def _nights_row(c: NightsOfACell[RateCell]) -> list[str]:
     """A cell's fields, as the terminal table and the markdown table both show them."""
     first = c.first
     return [
@@ -608,18 +628,24 @@ def _nights_row(c: NightsOfACell) -> list[str]:
     ]
 
 
-def _nights_footer(cells: list[NightsOfACell]) -> str:
+def nights_footer(cells: Sequence[NightsOfACell[Any]]) -> str:
     every = sum(c.met == len(c.nights) for c in cells)
     most = sum(2 * c.met > len(c.nights) for c in cells)
     return f"{every} of {len(cells)} cells met in every night, {most} in most; met: {MET}"
 
 
-def _nights_markdown(cells: list[NightsOfACell]) -> str:
-    head = [name for name, _ in _NIGHTS_COLUMNS]
-    alignment = "|" + "|".join(align for _, align in _NIGHTS_COLUMNS) + "|"
-    lines = ["| " + " | ".join(row) + " |" for row in (head, *map(_nights_row, cells))]
+def _nights_markdown(cells: list[NightsOfACell[RateCell]]) -> str:
+    table = markdown_table(_NIGHTS_COLUMNS, map(_nights_row, cells))
+    return table + "\n\n" + nights_footer(cells) + ".\n"
+
+
+def markdown_table(columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table of ``rows`` under ``columns`` (each a name and its alignment)."""
+    head = [name for name, _ in columns]
+    alignment = "|" + "|".join(align for _, align in columns) + "|"
+    lines = ["| " + " | ".join(row) + " |" for row in (head, *rows)]
     lines.insert(1, alignment)
-    return "\n".join(lines) + "\n\n" + _nights_footer(cells) + ".\n"
+    return "\n".join(lines)
 
 
 def _started(cell: RateCell) -> str:
