@@ -44,9 +44,8 @@ from membersync.flows.benchmarks.sync import (
     PASSWORD,
     USERNAME,
     NightsOfACell,
-    markdown_table,
     meets,
-    nights_footer,
+    print_nights,
     sandbox_process,
     server_share,
     verdict,
@@ -376,17 +375,8 @@ def _nights_row(c: NightsOfACell[IdealCell]) -> list[str]:
 
 
 def _print_nights(cells: list[NightsOfACell[IdealCell]], markdown: str | None) -> int:
-    table = Table(title="an ideal pacer told the limit, several nights a cell", title_justify="left")
-    for column, _ in NIGHTS_COLUMNS:
-        table.add_column(column, justify="right")
-    for c in cells:
-        table.add_row(*_nights_row(c))
-    out.print(table)
-    out.print(nights_footer(cells))
-    if markdown:
-        text = markdown_table(NIGHTS_COLUMNS, map(_nights_row, cells)) + "\n\n" + nights_footer(cells) + ".\n"
-        Path(markdown).write_text(text, encoding="utf-8")
-    return 0
+    title = "an ideal pacer told the limit, several nights a cell"
+    return print_nights(title, NIGHTS_COLUMNS, _nights_row, cells, markdown)
 
 
 def _floats(text: str) -> list[float]:

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -600,15 +600,28 @@ _NIGHTS_COLUMNS = (
 
 
 def _print_nights(cells: list[NightsOfACell[RateCell]], markdown: str | None) -> int:
-    table = Table(title="politeness at the limit, several nights a cell", title_justify="left")
-    for column, _ in _NIGHTS_COLUMNS:
+    title = "politeness at the limit, several nights a cell"
+    return print_nights(title, _NIGHTS_COLUMNS, _nights_row, cells, markdown)
+
+
+def print_nights(
+    title: str,
+    columns: Sequence[tuple[str, str]],
+    row: Callable[[NightsOfACell[M]], list[str]],
+    cells: Sequence[NightsOfACell[M]],
+    markdown: str | None,
+) -> int:
+    """A several-nights table (``--nights``) on the terminal, and as Markdown to ``markdown``:
+    ``columns`` (each a name and its markdown alignment) over each cell's ``row``."""
+    table = Table(title=title, title_justify="left")
+    for column, _ in columns:
         table.add_column(column, justify="right")
     for c in cells:
-        table.add_row(*_nights_row(c))
+        table.add_row(*row(c))
     out.print(table)
     out.print(nights_footer(cells))
     if markdown:
-        Path(markdown).write_text(_nights_markdown(cells), encoding="utf-8")
+        Path(markdown).write_text(nights_markdown(columns, row, cells), encoding="utf-8")
     return 0
 
 
@@ -635,8 +648,15 @@ def nights_footer(cells: Sequence[NightsOfACell[Any]]) -> str:
 
 
 def _nights_markdown(cells: list[NightsOfACell[RateCell]]) -> str:
-    table = markdown_table(_NIGHTS_COLUMNS, map(_nights_row, cells))
-    return table + "\n\n" + nights_footer(cells) + ".\n"
+    return nights_markdown(_NIGHTS_COLUMNS, _nights_row, cells)
+
+
+def nights_markdown(
+    columns: Sequence[tuple[str, str]],
+    row: Callable[[NightsOfACell[M]], list[str]],
+    cells: Sequence[NightsOfACell[M]],
+) -> str:
+    return markdown_table(columns, map(row, cells)) + "\n\n" + nights_footer(cells) + ".\n"
 
 
 def markdown_table(columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[str]]) -> str:
