@@ -44,6 +44,7 @@ from membersync.flows.benchmarks.sync import (
     PASSWORD,
     USERNAME,
     NightsOfACell,
+    markdown_table,
     meets,
     print_nights,
     sandbox_process,
@@ -262,18 +263,19 @@ def ideal_cell(
     )
 
 
+# The one-night table's columns (name, markdown alignment), in the order of ``_row``.
 COLUMNS = (
-    "rate/s",
-    "burst",
-    "latency",
-    "paced at",
-    "sent",
-    "% of limit",
-    "% 429",
-    "late p50",
-    "late p99",
-    "late max",
-    "met",
+    ("rate/s", "---:"),
+    ("burst", "---:"),
+    ("latency", "---:"),
+    ("paced at", "---:"),
+    ("sent", "---:"),
+    ("% of limit", "---:"),
+    ("% 429", "---:"),
+    ("late p50", "---:"),
+    ("late p99", "---:"),
+    ("late max", "---:"),
+    ("met", "---"),
 )
 
 
@@ -293,11 +295,8 @@ def _row(c: IdealCell) -> list[str]:
 
 
 def _markdown(cells: list[IdealCell]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---:|" * (len(COLUMNS) - 1) + "---|"]
-    lines += ["| " + " | ".join(_row(c)) + " |" for c in cells]
     met = sum(c.ok for c in cells)
-    lines += ["", f"{met} of {len(cells)} cells {MET}.", ""]
-    return "\n".join(lines)
+    return markdown_table(COLUMNS, map(_row, cells)) + f"\n\n{met} of {len(cells)} cells {MET}.\n"
 
 
 def run(
@@ -332,7 +331,7 @@ def run(
         return _print_nights(measured, markdown)
     cells = [c.first for c in measured]
     table = Table(title="an ideal pacer told the limit (measured at the server)", title_justify="left")
-    for column in COLUMNS:
+    for column, _ in COLUMNS:
         table.add_column(column, justify="right")
     for c in cells:
         table.add_row(*_row(c)[:-1], verdict(c.ok))
