@@ -268,6 +268,61 @@ SECRET_FIELDS: frozenset[str] = frozenset(
     {"username", "password", "newPassword", "apiKey", "tokenId", "vaultToken", "accountNo", "routingNo"}
 )
 
+# Personal data, declared once beside the secrets: the fields of a record that identify a
+# person, by record type. Landing keeps them in the identified tier only (models.tables: the
+# identity tables; every other table carries a surrogate client key instead of the number),
+# ``membersync forget`` erases them, and the analyst tier never reads them.
+PERSONAL_FIELDS: dict[str, frozenset[str]] = {
+    "client": frozenset(
+        {
+            "firstName",
+            "lastName",
+            "email",
+            "phone",
+            "birthDate",
+            "gender",
+            "address1",
+            "address2",
+            "city",
+            "state",
+            "postalCode",
+        }
+    ),
+    # a search hit names the client it lists; an affiliated package names who shares it
+    "clientSummary": frozenset({"firstName", "lastName", "email", "phone"}),
+    "affiliatedClient": frozenset({"firstName", "lastName"}),
+}
+# Records that describe a person: every field they carry beyond their declared columns is
+# personal too (a tenant's ``middleName`` or ``mobile``), so their ``extra`` never lands outside
+# the identified tier.
+PERSONAL_RECORDS: frozenset[str] = frozenset(PERSONAL_FIELDS)
+# Fields that hold a client number: an identifier of a person, landed as the client's surrogate
+# key (the identity table holds the only link between the two).
+CLIENT_NUMBER_FIELDS: frozenset[str] = frozenset(
+    {"clientNumber", "referredBy", "sharedFromClientNumber", "referredClientNumber"}
+)
+# Names that are personal wherever they appear: an unknown field of any other record with one of
+# these names is dropped from its ``extra`` (a tenant that adds ``clientName`` to transactions).
+PERSONAL_EXTRA_FIELDS: frozenset[str] = frozenset(
+    {
+        "firstName",
+        "lastName",
+        "middleName",
+        "fullName",
+        "clientName",
+        "email",
+        "phone",
+        "mobile",
+        "mobilePhone",
+        "birthDate",
+        "dateOfBirth",
+        "address1",
+        "address2",
+        "postalCode",
+        "zip",
+    }
+)
+
 # Enumerations of the contract (compare case-insensitively; unknown values are kept verbatim).
 MEMBERSHIP_STATUSES = ("Active", "Frozen", "OnHold", "Canceled", "Expired")
 TRANSACTION_TYPES = ("R", "P", "M", "1", "G")

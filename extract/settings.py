@@ -12,6 +12,7 @@ value (credentials, notification URLs) is never shown, and passwords are held as
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import contextvars
 import datetime as dt
@@ -122,12 +123,70 @@ def _http_url(value: str | None) -> str | None:
     return value.rstrip("/")
 
 
+@dataclass(frozen=True)
+class Span:
+    """A length of time in business days, weeks, months or years (``400d``, ``7y``)."""
+
+    amount: int
+    unit: Literal["d", "w", "m", "y"]
+
+    def before(self, day: dt.date) -> dt.date:
+        """``day`` minus this span (a month or year back lands on the month's last day if need be)."""
+        if self.unit in ("d", "w"):
+            return day - dt.timedelta(days=self.amount * (7 if self.unit == "w" else 1))
+        months = day.year * 12 + day.month - 1 - self.amount * (12 if self.unit == "y" else 1)
+        year, month = divmod(months, 12)
+        return dt.date(year, month + 1, min(day.day, calendar.monthrange(year, month + 1)[1]))
+
+    def __str__(self) -> str:
+        return f"{self.amount}{self.unit}"
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """``MEMBERSYNC_RETENTION``: how long history is kept (warehouse/retention.py). None: kept."""
+
+    daily: Span | None = None  # older nights are thinned to month-end nights
+    monthly: Span | None = None  # older nights are removed
+    identity: Span | None = None  # a client inactive this long is forgotten
+
+    @property
+    def keeps_everything(self) -> bool:
+        return self.daily is None and self.monthly is None and self.identity is None
+
+    def __str__(self) -> str:
+        spans = (("daily", self.daily), ("monthly", self.monthly), ("identity", self.identity))
+        return ",".join(f"{name}={span}" for name, span in spans if span) or "keep everything"
+
+
+def parse_retention(value: Any) -> Any:
+    """``daily=400d,monthly=7y,identity=3y`` (any of the three; units d, w, m, y) as a policy."""
+    if value is None or isinstance(value, RetentionPolicy):
+        return value
+    spans: dict[str, Span] = {}
+    for part in str(value).split(","):
+        name, _, amount = part.strip().partition("=")
+        name, amount = name.strip().lower(), amount.strip().lower()
+        if name not in ("daily", "monthly", "identity") or name in spans:
+            raise ValueError(
+                f"expected daily=, monthly= and identity= at most once each, got {part.strip()!r}"
+            )
+        if len(amount) < 2 or not amount[:-1].isdigit() or amount[-1] not in "dwmy" or int(amount[:-1]) < 1:
+            raise ValueError(f"{name}: expected a length such as 400d, 8w, 18m or 7y, got {amount!r}")
+        spans[name] = Span(int(amount[:-1]), amount[-1])  # type: ignore[arg-type]
+    policy = RetentionPolicy(**spans)
+    probe = dt.date(2000, 1, 1)
+    if policy.daily and policy.monthly and policy.monthly.before(probe) > policy.daily.before(probe):
+        raise ValueError("monthly= must be at least as long as daily= (month-end nights outlive daily ones)")
+    return policy
+
+
 Text = Annotated[str | None, BeforeValidator(_strip)]
 Seconds = Annotated[float, Field(gt=0), AfterValidator(_finite)]
 Flag = Annotated[bool, BeforeValidator(_lower)]
 
 # A bad value of these is never shown, only the variable's name (the URL may carry credentials).
-SECRET_SETTINGS = frozenset({"username", "password", "notify", "base_url"})
+SECRET_SETTINGS = frozenset({"username", "password", "notify", "base_url", "store_notify"})
 
 _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environ", default=None)
 
@@ -190,6 +249,12 @@ class Settings(BaseSettings):
     dbt_threads: Annotated[int, Field(ge=1)] = 2  # measured: 4 gives the same time, x1.3 the memory
     stale_after_hours: Seconds = 36.0
     notify: SecretStr | None = None  # Apprise URLs (flows/notify.py)
+    # -- personal data (warehouse/identity.py, warehouse/forget.py, warehouse/retention.py)
+    erasure_key_file: Text = None  # the erasure register's HMAC key, outside the data location
+    retention: Annotated[RetentionPolicy | None, BeforeValidator(parse_retention)] = None
+    # -- per-store reports for store managers (warehouse/reports.py, flows/notify.py)
+    store_reports: Flag = False  # reports/<night>/stores/<storecode>/: that store's files only
+    store_notify: SecretStr | None = None  # storecode=Apprise URLs pairs, or @file of them
     # -- fault injection for the reliability tests (warehouse/crashpoints.py)
     crash_at: Text = None
 

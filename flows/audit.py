@@ -18,8 +18,8 @@ What "the landing's state" of a client is mirrors the warehouse (without using i
   client ever had, each in its newest fetched version (an old night's event stays history).
 
 Nothing here knows about Prefect; :mod:`membersync.flows.nightly` calls :func:`audit_clients`
-for a night and :mod:`membersync.flows.audit_cli` for ``membersync audit``. The reports hold
-table names, keys and client numbers only, never a value.
+for a night and :mod:`membersync.flows.audit_cli` for ``membersync audit``. The reports and the
+queue hold table names, row keys and surrogate client keys only: never a value, never a number.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ AUDITED_TABLES: tuple[str, ...] = (
     "comm_prefs",
     "billing_accounts",
 )
+# Personal fields are compared as the digest of the newest identity held (models.privacy).
+IDENTITY = T.CLIENT_IDENTITY.name
+COMPARED: tuple[str, ...] = (*AUDITED_TABLES, IDENTITY)
 # Columns that differ between two fetches of an unchanged client: the service stamps every
 # ledger answer with today's date (``asOf``), so comparing it would flag every client.
 VOLATILE_COLUMNS: dict[str, frozenset[str]] = {"ledger_balances": frozenset({"as_of"})}
@@ -117,14 +120,22 @@ def night_seed(night: dt.date) -> str:
 
 @dataclass(frozen=True)
 class Holdings:
-    """Which committed nights synced each client (oldest first), from the manifests only."""
+    """Which committed nights synced each client (by surrogate key, oldest first), and the
+    identity links that turn a key into the number to fetch, from the manifests only."""
 
     nights: dict[str, list[dt.date]]
     manifests: dict[dt.date, Manifest]
+    numbers: dict[str, str] = field(default_factory=dict)  # key -> number (none once forgotten)
+    digests: dict[str, str | None] = field(default_factory=dict)  # key -> newest identity digest
 
     @property
     def known(self) -> list[str]:
-        return sorted(self.nights)
+        """The keys that can be audited: synced, and linked to a number (not forgotten)."""
+        return sorted(k for k in self.nights if k in self.numbers)
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return {number: key for key, number in self.numbers.items()}
 
     def newest(self, client: str) -> dt.date:
         return self.nights[client][-1]
@@ -133,17 +144,28 @@ class Holdings:
 def read_holdings(data_dir: DataDir) -> Holdings:
     """Every client any committed night synced, with those nights (``synced_clients`` of each
     manifest: only committed files are read, never a night being written)."""
+    from membersync.warehouse.identity import read_links
+    from membersync.warehouse.storage import store_for
+
     # refresh_mirror: the committed nights (and, for an s3:// location, a local copy of their files)
     manifests = {m.snapshot_date: m for m in refresh_mirror(data_dir)}
     nights: dict[str, list[dt.date]] = {}
     for night in sorted(manifests):
-        for number in _read_files(data_dir, manifests[night], "synced_clients", ["client_number"], None)[
-            "client_number"
+        for key in _read_files(data_dir, manifests[night], "synced_clients", ["client_key"], None)[
+            "client_key"
         ].to_pylist():
-            held = nights.setdefault(number, [])
+            held = nights.setdefault(key, [])
             if not held or held[-1] != night:
                 held.append(night)
-    return Holdings(nights, manifests)
+    links = read_links(store_for(data_dir), manifests.values()).sort_by("snapshot_date")
+    numbers: dict[str, str] = {}
+    digests: dict[str, str | None] = {}
+    for key, number, digest in zip(
+        *(links[c].to_pylist() for c in ("client_key", "client_number", "identity_digest")), strict=True
+    ):
+        numbers[key] = number
+        digests[key] = digest if digest is not None else digests.get(key)
+    return Holdings(nights, manifests, numbers, digests)
 
 
 def _read_files(
@@ -153,10 +175,10 @@ def _read_files(
     columns: list[str] | None,
     clients: Sequence[str] | None,
 ) -> pa.Table:
-    """One table's committed rows of one night, optionally only some columns and clients."""
-    schema = T.table(table).schema
+    """One table's committed rows of one night, optionally only some columns and clients (keys)."""
+    schema = T.landed(table).schema
     files = manifest.tables.get(table)
-    filters = [("client_number", "in", list(clients))] if clients is not None else None
+    filters = [("client_key", "in", list(clients))] if clients is not None else None
     parts = [
         pq.read_table(data_dir.landing / name, schema=schema, columns=columns, filters=filters)
         for name in (files.files if files else ())
@@ -168,38 +190,57 @@ def _read_files(
 
 
 def landed_state(data_dir: DataDir, holdings: Holdings, clients: Sequence[str]) -> State:
-    """The landing zone's current state of ``clients`` (see the module docstring)."""
-    state: State = {name: {} for name in AUDITED_TABLES}
+    """The landing zone's current state of ``clients`` (keys; see the module docstring)."""
+    state: State = {name: {} for name in COMPARED}
     newest_of: dict[dt.date, list[str]] = {}
     held_on: dict[dt.date, list[str]] = {}
-    for number in clients:
-        newest_of.setdefault(holdings.newest(number), []).append(number)
-        for night in holdings.nights[number]:
-            held_on.setdefault(night, []).append(number)
+    for key in clients:
+        newest_of.setdefault(holdings.newest(key), []).append(key)
+        for night in holdings.nights[key]:
+            held_on.setdefault(night, []).append(key)
     for name in AUDITED_TABLES:
-        scope = T.table(name).scope
+        scope = T.landed(name).scope
         # Events: every night that held the client, oldest first, so the newest version wins.
         chosen = newest_of if scope == "current" else held_on
         for night in sorted(chosen):
             rows = _read_files(data_dir, holdings.manifests[night], name, None, chosen[night])
-            for number, keyed in keyed_rows(name, rows).items():
-                state[name].setdefault(number, {}).update(keyed)
+            for key, keyed in keyed_rows(name, rows).items():
+                state[name].setdefault(key, {}).update(keyed)
+    for key in clients:  # personal fields: the digest of the newest identity held
+        state[IDENTITY][key] = {(key,): (holdings.digests.get(key),)}
     return state
 
 
 def keyed_rows(table: str, rows: pa.Table) -> dict[str, dict[Key, Row]]:
-    """Rows by client and key, with every compared column (all but the volatile ones)."""
-    spec = T.table(table)
+    """Rows by client (key) and row key, with every compared column (all but the volatile ones)."""
+    spec = T.landed(table)
     skip = VOLATILE_COLUMNS.get(table, frozenset())
     compared = [name for name in spec.schema.names if name not in skip]
     out: dict[str, dict[Key, Row]] = {}
     for row in rows.select(compared).to_pylist():
         key = tuple(row[k] for k in spec.key)
-        out.setdefault(row["client_number"], {})[key] = tuple(row[c] for c in compared)
+        out.setdefault(row["client_key"], {})[key] = tuple(row[c] for c in compared)
     return out
 
 
 # --- the live state ---------------------------------------------------------------------------------
+
+
+class _HeldKeys:
+    """A key book over the links held: the live answers land as the night would land them
+    (every identity digest computed, nothing assigned: a number not linked yet shows as such)."""
+
+    def __init__(self, keys: Mapping[str, str]) -> None:
+        self.keys = keys
+
+    def assign(self, numbers: Iterable[str]) -> dict[str, str]:
+        return {n: self.keys.get(n, f"unlinked {n}") for n in numbers}
+
+    def wants_identity(self, number: str, digest: str) -> bool:
+        return True
+
+    def wants_link(self, number: str, synced_here: bool) -> bool:
+        return False
 
 
 @dataclass
@@ -207,28 +248,44 @@ class Live:
     """The sampled clients' live state, and what a night's discovery would record for them."""
 
     state: State
-    records: dict[str, B.ClientRef]  # clientNumber -> what a discovery would keep of it
+    records: dict[str, B.ClientRef]  # client key -> what a discovery would keep of it
 
 
 async def fetch_live(
-    client: Any, numbers: Sequence[str], tz: TimezoneLookup, window: B.Window, batch_size: int
+    client: Any,
+    holdings: Holdings,
+    sample: Sequence[str],
+    tz: TimezoneLookup,
+    window: B.Window,
+    batch_size: int,
 ) -> Live:
-    """Fetch and type the clients' state, ``batch_size`` clients at a time (as a night does)."""
-    state: State = {name: {} for name in AUDITED_TABLES}
+    """Fetch the clients' state, ``batch_size`` clients at a time (as a night does), landed as a
+    night would land it (keys for numbers, identity as its digest)."""
+    from membersync.models.privacy import land_batch
+
+    book = _HeldKeys(holdings.keys)
+    numbers = [holdings.numbers[k] for k in sample]
+    state: State = {name: {} for name in COMPARED}
     records: dict[str, B.ClientRef] = {}
     for start in range(0, len(numbers), max(1, batch_size)):
         chunk = numbers[start : start + batch_size]
         # type_batch lands a synced_clients row per client from these discovery fields.
         records_in = tuple(B.ClientRef(n, None, None) for n in chunk)
         raw = await B.fetch_batch_raw(client, B.Batch(f"audit-{start}", records_in), window, frozenset())
-        typed = B.type_batch(raw, tz)
+        landed = land_batch(B.type_batch(raw, tz).tables, book)
         for name in AUDITED_TABLES:
-            for number, keyed in keyed_rows(name, typed.tables[name]).items():
-                state[name].setdefault(number, {}).update(keyed)
+            for key, keyed in keyed_rows(name, landed[name]).items():
+                state[name].setdefault(key, {}).update(keyed)
+        identity = landed[T.CLIENT_IDENTITY.name]
+        for key, digest in zip(
+            *(identity[c].to_pylist() for c in ("client_key", "identity_digest")), strict=True
+        ):
+            state[IDENTITY][key] = {(key,): (digest,)}
         for number, answers in raw.answers.items():
             details = answers.get("clientdetails")
             details = details if isinstance(details, dict) else {}
-            records[number] = B.ClientRef(number, details.get("homeStore"), details.get("lastModified"))
+            key = book.assign([number])[number]
+            records[key] = B.ClientRef(number, details.get("homeStore"), details.get("lastModified"))
     return Live(state, records)
 
 
@@ -236,29 +293,29 @@ async def fetch_live(
 
 
 def key_text(table: str, key: Key) -> str:
-    """A key as people read it: its columns but the client number, joined by ``/``."""
-    spec = T.table(table)
-    parts = [str(v) for name, v in zip(spec.key, key, strict=True) if name != "client_number"]
-    return "/".join(parts) if parts else str(key[0])
+    """A row key as people read it: its columns but the client's key, joined by ``/``."""
+    spec = T.landed(table)
+    parts = [str(v) for name, v in zip(spec.key, key, strict=True) if name != "client_key"]
+    return "/".join(parts) if parts else "-"
 
 
 def differences(landed: State, live: State, clients: Iterable[str]) -> dict[str, dict[str, list[str]]]:
-    """client -> table -> keys whose rows differ (missing on one side, or any compared value)."""
+    """client key -> table -> row keys whose rows differ (missing on one side, or any compared value)."""
     out: dict[str, dict[str, list[str]]] = {}
-    for number in sorted(clients):
-        for table in AUDITED_TABLES:
-            ours = landed[table].get(number, {})
-            theirs = live[table].get(number, {})
+    for client_key in sorted(clients):
+        for table in COMPARED:
+            ours = landed[table].get(client_key, {})
+            theirs = live[table].get(client_key, {})
             differing = [k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)]
             if differing:
                 keys = sorted(key_text(table, k) for k in differing)
-                out.setdefault(number, {})[table] = keys
+                out.setdefault(client_key, {})[table] = keys
     return out
 
 
 @dataclass
 class AuditResult:
-    """One audit: the clients sampled and, for those that differed, the tables and keys."""
+    """One audit: the clients sampled (keys) and, for those that differed, the tables and keys."""
 
     sampled: list[str]
     differed: dict[str, dict[str, list[str]]] = field(default_factory=dict)
@@ -281,12 +338,12 @@ class AuditResult:
         }
 
     def report(self, label: str) -> dict[str, Any]:
-        """The audit's report file body: client numbers, table names and keys, never a value."""
+        """The audit's report file body: client keys, table names and row keys, never a value."""
         return {
-            "format": 1,
+            "format": 2,
             "audit": label,
             **self.counts(),
-            "sampled": self.sampled,
+            "sampled_clients": self.sampled,
             "differed": self.differed,
         }
 
@@ -300,13 +357,13 @@ async def audit_clients(
     window: B.Window,
     batch_size: int,
 ) -> AuditResult:
-    """Fetch ``sample`` live and compare it with the landing zone's state of the same clients."""
+    """Fetch ``sample`` (keys) live and compare it with the landing zone's state of the same clients."""
     import asyncio
 
-    live = await fetch_live(client, sample, tz, window, batch_size)
+    live = await fetch_live(client, holdings, sample, tz, window, batch_size)
     landed = await asyncio.to_thread(landed_state, data_dir, holdings, sample)
     differed = differences(landed, live.state, sample)
-    return AuditResult(list(sample), differed, {n: live.records[n] for n in differed})
+    return AuditResult(list(sample), differed, {k: live.records[k] for k in differed})
 
 
 # --- the re-sync queue and the reports --------------------------------------------------------------
@@ -321,13 +378,14 @@ def audit_report_file(data_dir: DataDir, label: str) -> Path:
 
 
 def read_queue(data_dir: DataDir) -> dict[str, dict[str, Any]]:
-    """Clients waiting for a full re-sync: clientNumber -> {discovery fields, found, tables}."""
+    """Clients waiting for a full re-sync: client key -> {homeStore, lastModified, found, tables}
+    (no client number: a night finds the number through the identity links)."""
     try:
         body = json.loads(resync_file(data_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    clients = body.get("clients") if isinstance(body, dict) else None
-    if not isinstance(clients, dict):
+    clients = body.get("clients") if isinstance(body, dict) and body.get("format") == 2 else None
+    if not isinstance(clients, dict):  # format 1 (by number) is rewritten by key on migration
         return {}
     return {n: e for n, e in clients.items() if isinstance(n, str) and isinstance(e, dict)}
 
@@ -337,14 +395,15 @@ def queue_for_resync(data_dir: DataDir, result: AuditResult, found: str) -> None
     if not result.differed:
         return
     queue = read_queue(data_dir)
-    for number, by_table in result.differed.items():
-        record = result.records.get(number) or B.ClientRef(number, None, None)
-        queue[number] = {**record.wire(), "found": found, "tables": sorted(by_table)}
+    for key, by_table in result.differed.items():
+        record = result.records.get(key) or B.ClientRef("", None, None)
+        fields = {k: v for k, v in record.wire().items() if k != "clientNumber"}
+        queue[key] = {**fields, "found": found, "tables": sorted(by_table)}
     _write_queue(data_dir, queue)
 
 
 def forget_synced(data_dir: DataDir, synced: Iterable[str]) -> int:
-    """Drop the clients a committed night synced from the queue; returns how many were dropped."""
+    """Drop the clients (keys) a committed night synced from the queue; returns how many."""
     queue = read_queue(data_dir)
     done = queue.keys() & set(synced)
     if done:
@@ -352,13 +411,18 @@ def forget_synced(data_dir: DataDir, synced: Iterable[str]) -> int:
     return len(done)
 
 
-def queued_discovery(queue: Mapping[str, Mapping[str, Any]]) -> list[B.ClientRef]:
-    """The queue as discovery records for a night."""
-    return [B.ClientRef(n, e.get("homeStore"), e.get("lastModified")) for n, e in sorted(queue.items())]
+def queued_discovery(queue: Mapping[str, Mapping[str, Any]], numbers: Mapping[str, str]) -> list[B.ClientRef]:
+    """The queue as discovery records for a night (``numbers``: key -> number, the identity links;
+    a key linked to no one, forgotten since, is skipped)."""
+    return [
+        B.ClientRef(numbers[k], e.get("homeStore"), e.get("lastModified"))
+        for k, e in sorted(queue.items())
+        if k in numbers
+    ]
 
 
 def _write_queue(data_dir: DataDir, queue: Mapping[str, Any]) -> None:
-    body = {"format": 1, "clients": dict(sorted(queue.items()))}
+    body = {"format": 2, "clients": dict(sorted(queue.items()))}  # 2: by client key
     write_json_atomic(resync_file(data_dir), body)
 
 

@@ -73,7 +73,10 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     label = f"on-demand-{started:%Y%m%dT%H%M%SZ}"
     try:
-        with nightly.holding_lock(data_dir):  # the re-sync queue is shared with the nightly sync
+        with nightly.holding_lock(data_dir) as zone:  # the re-sync queue is shared with the nightly sync
+            from membersync.warehouse.upkeep import upkeep
+
+            upkeep(zone)
             holdings = A.read_holdings(data_dir)
             if not holdings.known:
                 return _fail(f"nothing to audit: no committed night in {data_dir.root}", 2)
@@ -115,7 +118,7 @@ def show(result: A.AuditResult, report: Path, console: Console | None = None) ->
     console = console or out
     if result.differed:
         table = Table(title="clients that differ from the landing zone", title_justify="left")
-        for column in ("client", "table", "keys"):
+        for column in ("client key", "table", "keys"):
             table.add_column(column, overflow="fold")
         for number, by_table in sorted(result.differed.items()):
             for name, keys in sorted(by_table.items()):

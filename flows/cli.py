@@ -160,6 +160,44 @@ def audit(
 
 
 @app.command()
+def forget(
+    client_numbers: Annotated[
+        list[str] | None,
+        typer.Argument(help="client numbers to forget (leading zeros kept)", show_default=False),
+    ] = None,
+    from_file: Annotated[
+        Path | None, typer.Option("--from-file", help="a file of client numbers, one a line ('#' comments)")
+    ] = None,
+    reason: Annotated[str, typer.Option(help="why (kept in the erasure register)")] = "erasure request",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go; change nothing")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for a running night instead of exiting 1")
+    ] = False,
+) -> None:
+    """Forget clients everywhere: their identity leaves every night, report, log and the bucket.
+
+    Their money, memberships and history stay under a surrogate key linked to no one; the
+    erasure register (no personal data) keeps them forgotten when the service serves them again.
+    """
+    from membersync.flows.privacy_cli import run_forget_cli
+
+    raise typer.Exit(guarded(lambda: run_forget_cli(client_numbers or [], from_file, reason, dry_run, wait)))
+
+
+@app.command()
+def retention(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go; change nothing")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for a running night instead of exiting 1")
+    ] = False,
+) -> None:
+    """Apply MEMBERSYNC_RETENTION now: thin and remove old nights, forget inactive clients."""
+    from membersync.flows.privacy_cli import run_retention_cli
+
+    raise typer.Exit(guarded(lambda: run_retention_cli(dry_run, wait)))
+
+
+@app.command()
 def demo(
     clients: Annotated[int, typer.Option(help="clients in the demo sandbox")] = 300,
 ) -> None:
@@ -212,13 +250,19 @@ def sql(
         str, typer.Argument(help="SQL to run on the warehouse (read-only); - reads it from stdin")
     ],
     csv: Annotated[bool, typer.Option("--csv", help="print CSV instead of a table")] = False,
+    identified: Annotated[
+        bool,
+        typer.Option(
+            "--identified", help="the identified tier (client numbers, names): for roles that need it"
+        ),
+    ] = False,
 ) -> None:
-    """Run ad-hoc SQL on the warehouse."""
+    """Run ad-hoc SQL on the warehouse (the analyst tier: no personal data; see --identified)."""
     from membersync.warehouse.cli import run_sql_cli
 
     if query == "-":
         query = sys.stdin.read()
-    raise typer.Exit(guarded(lambda: run_sql_cli(query, as_csv=csv)))
+    raise typer.Exit(guarded(lambda: run_sql_cli(query, as_csv=csv, identified=identified)))
 
 
 @app.command()

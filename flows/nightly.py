@@ -78,6 +78,9 @@ class SyncOptions:
     whole_history: bool = True  # off: later nights fetch only a window (misses late corrections)
     client_options: Any = None  # membersync.extract.client.ClientOptions | None
     audit: A.AuditOptions = field(default_factory=A.AuditOptions)  # the nightly self-audit
+    store_reports: bool = False  # each store's own reports folder (MEMBERSYNC_STORE_REPORTS)
+    store_notify: Any = None  # flows.notify.StoreNotifier: each store's morning report to its manager
+    retention: Any = None  # extract.settings.RetentionPolicy, applied after each committed night
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SyncOptions:
@@ -98,7 +101,17 @@ class SyncOptions:
             whole_history=settings.whole_history,
             client_options=None if client_options == ClientOptions() else client_options,
             audit=A.AuditOptions.from_settings(settings),
+            store_reports=settings.store_reports,
+            store_notify=_store_notifier(settings),
+            retention=settings.retention,
         )
+
+
+def _store_notifier(settings: Settings) -> Any:
+    from membersync.flows.notify import StoreNotifier
+
+    notifier = StoreNotifier.from_settings(settings)
+    return notifier if notifier.urls else None
 
 
 # --- the summary -----------------------------------------------------------------------------------
@@ -129,10 +142,11 @@ class RunSummary:
     watermark: str | None = None
     window: str = ""
     build: str = "not run"
+    retention: str = "keep everything"
     reports: list[str] = field(default_factory=list)
     error: str | None = None
     # The self-audit: counts (sampled, differed, tables, keys, healed), and the keys that differed
-    # (client -> table -> keys; ids only, never a value), shown in the Prefect artifact only.
+    # (client key -> table -> row keys; ids only, never a value), shown in the Prefect artifact only.
     audit: str = "not run"
     audit_counts: dict[str, int] = field(default_factory=dict)
     audit_differed: dict[str, dict[str, list[str]]] = field(default_factory=dict)
@@ -192,6 +206,7 @@ class RunSummary:
             ("night duration (from opening the night)", f"{self.duration_s:,.1f} s"),
             ("watermark", self.watermark or "-"),
             ("warehouse build", self.build),
+            ("retention", self.retention),
         ]
         rows += [(f"rows: {name}", f"{count:,}") for name, count in sorted(self.rows.items())]
         rows.append(("rows: quarantined", f"{self.quarantined:,}"))
@@ -212,9 +227,9 @@ class RunSummary:
                 ("self-audit: clients re-synced tonight", f"{counts.get('healed', 0):,}"),
             ]
         if keys:
-            for number, by_table in sorted(self.audit_differed.items()):
+            for client_key, by_table in sorted(self.audit_differed.items()):
                 what = "; ".join(f"{table}: {', '.join(ks)}" for table, ks in sorted(by_table.items()))
-                rows.append((f"self-audit differed: client {number}", what))
+                rows.append((f"self-audit differed: client {client_key}", what))
         return rows
 
 
@@ -325,6 +340,9 @@ class NightRun:
         refusal = foreign_tenant(((m.snapshot_date, m.tenant) for m in self.zone.manifests()), self.tenant)
         if refusal is not None:
             raise SettingsError(refusal)
+        from membersync.warehouse.upkeep import upkeep
+
+        upkeep(self.zone)  # the earlier layout migrated, pending erasures finished, before anything lands
         state = self.zone.state()
         self.previous_watermark = state.watermark
         full = self.full or needs_full_night(self.night_date, state.last_night)
@@ -416,11 +434,15 @@ class NightRun:
             discovery = await B.discover(self.client, self.storecodes, since, self.previous_watermark)
             if since is not None:  # a full night lists everyone anyway
                 queue = await asyncio.to_thread(A.read_queue, self.data_dir)
-                discovery = with_queued(discovery, A.queued_discovery(queue))
+                if queue:
+                    links = await asyncio.to_thread(lambda: self.night.keys.links)
+                    numbers = {key: number for number, key in links.items()}
+                    discovery = with_queued(discovery, A.queued_discovery(queue, numbers))
             batch_size = self.options.batch_size
             records = (c.wire() for c in discovery.clients)
             await asyncio.to_thread(self.night.save_discovery, records, batch_size)
         self._discovery = discovery
+        await asyncio.to_thread(self.night.expect_clients, discovery.client_numbers)
         self.summary.clients = len(discovery.clients)
         self.summary.watermark = discovery.watermark
         # No client changed: one empty batch still records every client table (0 rows) for the night.
@@ -495,8 +517,9 @@ class NightRun:
         assert self._discovery is not None
         options = self.options.audit
         holdings = await asyncio.to_thread(A.read_holdings, self.data_dir)
-        tonight = set(self._discovery.client_numbers)
-        candidates = [n for n in holdings.known if n not in tonight]
+        keys = holdings.keys
+        tonight = {keys.get(n) for n in self._discovery.client_numbers}
+        candidates = [k for k in holdings.known if k not in tonight]
         size = A.sample_size(len(holdings.known), len(candidates), options)
         sample = A.pick_sample(candidates, size, A.night_seed(self.night_date))
         window = self._audit_window()
@@ -541,6 +564,7 @@ class NightRun:
         ]
         self.batches.update({b.id: b for b in planned})
         self.healed = [r.number for r in records]
+        self.night.expect_clients(self.healed)
         self.summary.clients += len(records)
         self.summary.batches += len(planned)
         return [b.id for b in planned]
@@ -569,8 +593,9 @@ class NightRun:
     def _forget_synced(self) -> None:
         """The re-sync queue forgets the clients this committed night synced (never earlier)."""
         synced = [*(self._discovery.client_numbers if self._discovery else ()), *self.healed]
+        links = self.night.keys.links
         try:
-            A.forget_synced(self.data_dir, synced)
+            A.forget_synced(self.data_dir, [links[n] for n in synced if n in links])
         except OSError as exc:  # the night is committed; the queue only re-syncs them once more
             log.warning("night %s committed; could not update the re-sync queue: %s", self.night_date, exc)
 
@@ -581,17 +606,34 @@ class NightRun:
             return
         self.progress.phase("warehouse build")
         from membersync.warehouse.build import build_warehouse
-        from membersync.warehouse.export import export_reports
-        from membersync.warehouse.morning import write_morning_report
-        from membersync.warehouse.storage import publish_reports, refresh_mirror
+        from membersync.warehouse.reports import export_night
+        from membersync.warehouse.storage import refresh_mirror
 
         await asyncio.to_thread(refresh_mirror, self.data_dir)  # s3:// location: the committed files
         await asyncio.to_thread(build_warehouse, self.data_dir)
-        paths = await asyncio.to_thread(export_reports, self.data_dir, self.night_date, None)
-        paths.append(await asyncio.to_thread(write_morning_report, self.data_dir, self.night_date))
-        self.summary.reports = await asyncio.to_thread(publish_reports, self.data_dir, paths)
-        csvs = sum(1 for p in paths if p.suffix == ".csv")
-        self.summary.build = f"ok ({csvs} reports, their workbook and the morning report)"
+        exported = await asyncio.to_thread(
+            export_night, self.data_dir, self.night_date, stores=self.options.store_reports
+        )
+        self.summary.reports = exported.published
+        paths = exported.paths
+        csvs = sum(1 for p in paths if p.suffix == ".csv" and p.parent.name == self.night_date.isoformat())
+        stores = f", {len(exported.store_reports)} stores' own" if exported.store_reports else ""
+        self.summary.build = f"ok ({csvs} reports, their workbook and the morning report{stores})"
+        if self.options.store_notify is not None:
+            await asyncio.to_thread(self.options.store_notify.send, self.night_date, exported.store_reports)
+        await asyncio.to_thread(self._apply_retention)
+
+    def _apply_retention(self) -> None:
+        """``MEMBERSYNC_RETENTION`` after the committed night (nothing when unset)."""
+        policy = self.options.retention
+        if policy is None or policy.keeps_everything:
+            return
+        from membersync.warehouse.retention import apply_retention
+
+        outcome = apply_retention(self.zone, policy)
+        self.summary.retention = (
+            f"{policy}: {len(outcome.removed)} night(s) removed, {outcome.forgotten} client(s) forgotten"
+        )
 
     def _collect_stats(self) -> None:
         self.summary.duration_s = time.perf_counter() - self._started

@@ -27,6 +27,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from membersync.extract import redact
@@ -63,8 +64,8 @@ def _quiet_apprise_logger() -> logging.Logger:
     return logger
 
 
-def check_urls(urls: list[str]) -> None:
-    """Raise a one-line SettingsError when Apprise cannot use one of ``urls``."""
+def check_urls(urls: list[str], env: str = NOTIFY_ENV) -> None:
+    """Raise a one-line SettingsError (naming ``env``) when Apprise cannot use one of ``urls``."""
     if not urls:
         return  # no import of Apprise (a few hundred ms) for a command that sends nothing
     import apprise
@@ -74,7 +75,7 @@ def check_urls(urls: list[str]) -> None:
         if apprise.Apprise.instantiate(url) is None:
             scheme = urlsplit(url).scheme or "none"
             raise SettingsError(
-                f"{NOTIFY_ENV}: entry {position} of {len(urls)} is not an Apprise URL it can use "
+                f"{env}: entry {position} of {len(urls)} is not an Apprise URL it can use "
                 f"(scheme {scheme!r}; e.g. json://host:port/path, mailtos://..., slack://...)"
             )
         # An Apprise URL may carry a token or a password: mask it if a log line ever shows it.
@@ -139,18 +140,91 @@ class Notifier:
         return self.send(stale_message(self.tenant, freshness))
 
 
-def _deliver(urls: tuple[str, ...], title: str, body: str, failure: bool) -> bool:
+def _deliver(
+    urls: tuple[str, ...], title: str, body: str, failure: bool | None, attach: str | None = None
+) -> bool:
+    """``failure``: True a failed night, False a warning (staleness), None news (a store's report)."""
     import apprise
 
     _quiet_apprise_logger()
     sender = apprise.Apprise()
     for url in urls:
         sender.add(url)
-    kind = apprise.NotifyType.FAILURE if failure else apprise.NotifyType.WARNING
+    kinds = {
+        True: apprise.NotifyType.FAILURE,
+        False: apprise.NotifyType.WARNING,
+        None: apprise.NotifyType.INFO,
+    }
+    kind = kinds[failure]
     # TEXT: the body is sent as written (no Markdown/HTML conversion of the error line).
     return bool(
-        sender.notify(body=body, title=title, notify_type=kind, body_format=apprise.NotifyFormat.TEXT)
+        sender.notify(
+            body=body, title=title, notify_type=kind, body_format=apprise.NotifyFormat.TEXT, attach=attach
+        )
     )
+
+
+# --- each store's morning report, to its manager ----------------------------------------------------
+
+STORE_NOTIFY_ENV = env_name("store_notify")
+
+
+def parse_store_notify(raw: str) -> dict[str, tuple[str, ...]]:
+    """``MEMBERSYNC_STORE_NOTIFY``: ``storecode=URL [URL...]`` pairs, separated by ``;`` or new
+    lines, or ``@path`` of a file of such lines. The storecode is everything before the first
+    ``=``, verbatim (a storecode may end in spaces); a SettingsError names the pair, never a URL."""
+    text = raw
+    if raw.startswith("@"):
+        try:
+            text = Path(raw[1:]).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(
+                f"{STORE_NOTIFY_ENV}: cannot read {raw[1:]}: {getattr(exc, 'strerror', exc)}"
+            ) from None
+    out: dict[str, tuple[str, ...]] = {}
+    pairs = [p.rstrip("\r") for p in re.split(r"[;\n]", text) if p.strip() and not p.lstrip().startswith("#")]
+    for position, pair in enumerate(pairs, start=1):
+        store, sep, urls = pair.partition("=")
+        if not sep or not store or not split_urls(urls):
+            raise SettingsError(f"{STORE_NOTIFY_ENV}: pair {position} is not storecode=URL")
+        if store in out:
+            raise SettingsError(f"{STORE_NOTIFY_ENV}: pair {position} names store {store!r} again")
+        check_urls(split_urls(urls), STORE_NOTIFY_ENV)
+        out[store] = tuple(split_urls(urls))
+    return out
+
+
+@dataclass(frozen=True)
+class StoreNotifier:
+    """Each store's morning report to the managers of that store (one message per store)."""
+
+    urls: Mapping[str, tuple[str, ...]]
+    tenant: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StoreNotifier:
+        raw = settings.store_notify.get_secret_value() if settings.store_notify else ""
+        return cls(parse_store_notify(raw) if raw else {}, tenant_name(settings))
+
+    def send(self, night: dt.date, reports: Mapping[str, tuple[Path, str]]) -> dict[str, bool]:
+        """One message per store with a receiver and a report: the report attached, its
+        location in the body. Returns store -> delivered (failures are warnings)."""
+        sent = {}
+        for store, urls in sorted(self.urls.items()):
+            if store not in reports:
+                log.warning("%s names store %r, which has no report on %s", STORE_NOTIFY_ENV, store, night)
+                continue
+            path, where = reports[store]
+            title = f"membersync {self.tenant}: {store.rstrip()} morning report {night.isoformat()}"
+            body = _lines(
+                {"tenant": self.tenant, "store": store.rstrip(), "night": night.isoformat(), "report": where}
+            )
+            try:
+                sent[store] = _deliver(urls, title, body, None, attach=str(path))
+            except Exception as exc:  # a notification must never change how the night ends
+                log.warning("store report not sent: %s", redact.scrub(f"{type(exc).__name__}: {exc}"))
+                sent[store] = False
+        return sent
 
 
 def _lines(fields: Mapping[str, str]) -> str:

@@ -33,11 +33,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import orjson
 import pyarrow as pa
+from membersync.extract.catalogue import PERSONAL_EXTRA_FIELDS
 from membersync.models.tables import (
     ARROW_TYPES,
     MONEY,
-    QUARANTINE_SCHEMA,
     SECRET_FIELDS,
+    TYPED_QUARANTINE_SCHEMA,
     ColumnKind,
     Table,
 )
@@ -351,7 +352,7 @@ def quarantine_table(rows: Iterable[QuarantineRow]) -> pa.Table:
             pa.array([r.reason for r in rows], pa.string()),
             pa.array([r.raw for r in rows], pa.string()),
         ],
-        schema=QUARANTINE_SCHEMA,
+        schema=TYPED_QUARANTINE_SCHEMA,
     )
 
 
@@ -368,6 +369,7 @@ class _Plan:
     sources: frozenset[str]  # item fields that are columns (or handled), so not extra
     kinds: tuple[ColumnKind, ...]
     schema: pa.Schema
+    personal_extra: frozenset[str]  # names never kept in extra (personal; see models.privacy)
 
     @classmethod
     def of(cls, table: Table, handled: frozenset[str] = frozenset()) -> _Plan:
@@ -390,6 +392,9 @@ class _Plan:
             sources=frozenset(c.source for c in table.columns if not c.source.startswith("@")) | handled,
             kinds=tuple(c.kind for c in table.columns),
             schema=table.schema,
+            # A record about a person keeps its whole extra (it lands in the identity table);
+            # any other record drops the names that are personal wherever they appear.
+            personal_extra=frozenset() if table.describes_a_person else PERSONAL_EXTRA_FIELDS,
         )
 
 
@@ -603,7 +608,8 @@ def _append(rows: _Rows, typed: tuple[list[Any], str | None]) -> None:
 def _extra(plan: _Plan, item: dict[Any, Any]) -> str | None:
     if plan.sources.issuperset(item):
         return None
-    extra = {k: v for k, v in item.items() if k not in plan.sources and not _is_secret(k)}
+    drop = plan.personal_extra
+    extra = {k: v for k, v in item.items() if k not in plan.sources and not _is_secret(k) and k not in drop}
     return to_json(extra) if extra else None
 
 

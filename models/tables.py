@@ -23,6 +23,23 @@ text_list      list<string>            array of strings
 
 Every landed file also carries ``extra`` (JSON text of the fields not in the allowlist, or
 null). The night (``snapshot_date``) is the Hive partition of the path, not a column.
+
+**Typed, then landed.** :data:`TABLES` declares what typing produces from the wire (``schema``:
+client numbers and personal fields included). What lands is derived from it once
+(:data:`LANDED`, :func:`landed`): personal fields (``catalogue.PERSONAL_FIELDS``) leave every
+table for the identity tables, and every client number becomes the client's surrogate key
+(``client_number`` -> ``client_key``, ``referred_by`` -> ``referred_by_key``), so that the
+identity table's row is the only link between a key and a person
+(:mod:`membersync.models.privacy` does it per batch):
+
+=====================  ==========  =========================================================
+landed table           tier        what it holds
+=====================  ==========  =========================================================
+``client_identity``    identified  the key, the client number, the personal fields, the
+                                   client record's ``extra``: a version when new or changed
+``client_demographics`` analyst    the key, birth year and the postal code's first characters
+every other table      analyst     keys instead of numbers, no personal field
+=====================  ==========  =========================================================
 """
 
 from __future__ import annotations
@@ -34,7 +51,8 @@ import pyarrow as pa
 from membersync.extract import catalogue
 
 ColumnKind = Literal["id", "text", "enum", "money", "int", "bool", "date", "local_ts", "utc_ts", "text_list"]
-Scope = Literal["config", "current", "event"]
+Scope = Literal["config", "current", "event", "identity"]
+Tier = Literal["analyst", "identified"]
 
 MONEY = pa.decimal128(18, 2)
 
@@ -77,13 +95,82 @@ class Table:
 
     @property
     def schema(self) -> pa.Schema:
-        fields = [pa.field(c.name, ARROW_TYPES[c.kind], nullable=c.nullable) for c in self.columns]
-        fields.append(pa.field("extra", pa.string()))
-        return pa.schema(fields)
+        """The typed schema (what typing produces from the wire, before landing)."""
+        return _schema(self.columns)
 
     @property
     def sources(self) -> frozenset[str]:
         return frozenset(c.source for c in self.columns)
+
+    @property
+    def record(self) -> str | None:
+        return catalogue.endpoint(self.endpoint).record
+
+    @property
+    def personal(self) -> tuple[Column, ...]:
+        """Columns holding personal data (they land in the identity tables only)."""
+        fields = catalogue.PERSONAL_FIELDS.get(self.record or "", frozenset())
+        return tuple(c for c in self.columns if c.source in fields)
+
+    @property
+    def client_refs(self) -> tuple[Column, ...]:
+        """Columns holding a client number (they land as the client's surrogate key)."""
+        return tuple(c for c in self.columns if c.source in catalogue.CLIENT_NUMBER_FIELDS)
+
+    @property
+    def describes_a_person(self) -> bool:
+        """Its record describes a person: its ``extra`` is personal too."""
+        return (self.record or "") in catalogue.PERSONAL_RECORDS
+
+
+def _schema(columns: tuple[Column, ...], extra: bool = True) -> pa.Schema:
+    fields = [pa.field(c.name, ARROW_TYPES[c.kind], nullable=c.nullable) for c in columns]
+    if extra:
+        fields.append(pa.field("extra", pa.string()))
+    return pa.schema(fields)
+
+
+def key_column(name: str) -> str:
+    """The landed name of a client-number column: ``client_number`` -> ``client_key``,
+    ``shared_from_client_number`` -> ``shared_from_client_key``, ``referred_by`` -> ``referred_by_key``."""
+    return name.removesuffix("_number") + "_key"
+
+
+@dataclass(frozen=True, slots=True)
+class LandedTable:
+    """One table as it lands (see the module's docstring): its files hold exactly ``schema``.
+
+    ``typed`` is the typed table it comes from (None for the identity tables, which the landing
+    derives from ``clients``); ``tier`` says which catalog may read its files."""
+
+    name: str
+    scope: Scope
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+    typed: Table | None = None
+    tier: Tier = "analyst"
+    extra: bool = True  # it carries the fields the contract does not name (JSON)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return _schema(self.columns, self.extra)
+
+    @property
+    def personal(self) -> bool:
+        """Its rows are about a person: ``membersync forget`` rewrites its files."""
+        return self.scope == "identity"
+
+
+def _landed(table: Table) -> LandedTable:
+    personal = {c.name for c in table.personal}
+    refs = {c.name for c in table.client_refs}
+    columns = tuple(
+        Column(key_column(c.name), "id", c.source, c.nullable) if c.name in refs else c
+        for c in table.columns
+        if c.name not in personal
+    )
+    key = tuple(key_column(k) if k in refs else k for k in table.key)
+    return LandedTable(table.name, table.scope, key, columns, typed=table)
 
 
 def C(name: str, kind: ColumnKind, source: str | None = None, nullable: bool = True) -> Column:
@@ -482,8 +569,41 @@ CONFIG_TABLES = tuple(t for t in TABLES if t.scope == "config")
 CURRENT_TABLES = tuple(t for t in TABLES if t.scope == "current")
 EVENT_TABLES = tuple(t for t in TABLES if t.scope == "event")
 
-# Rows that cannot be typed land here, raw, instead of failing the night.
+# --- the identity tables: the only place a client number or a personal field lands ---------------
+CLIENT_KEY = Column("client_key", "id", "clientNumber", nullable=False)
+IDENTITY_DIGEST = Column("identity_digest", "id", "@digest")  # null: a link known from a reference only
+CLIENT_IDENTITY = LandedTable(
+    "client_identity",
+    "identity",
+    ("client_key",),
+    (CLIENT_KEY, C("client_number", "id", nullable=False), *BY_NAME["clients"].personal, IDENTITY_DIGEST),
+    tier="identified",
+)
+CLIENT_DEMOGRAPHICS = LandedTable(
+    "client_demographics",
+    "identity",
+    ("client_key",),
+    (CLIENT_KEY, C("birth_year", "int", "@birthYear"), C("postal_prefix", "text", "@postalPrefix")),
+    extra=False,
+)
+POSTAL_PREFIX_CHARS = 3  # the analyst tier's postal code: its first characters only
+
+LANDED: tuple[LandedTable, ...] = (*(_landed(t) for t in TABLES), CLIENT_IDENTITY, CLIENT_DEMOGRAPHICS)
+LANDED_BY_NAME: dict[str, LandedTable] = {t.name: t for t in LANDED}
+IDENTITY_TABLES: tuple[LandedTable, ...] = tuple(t for t in LANDED if t.personal)
+
+# Rows that cannot be typed land here, raw, instead of failing the night (keyed, without a
+# personal field: models.privacy rewrites each row before it lands).
 QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("table_name", pa.string(), nullable=False),
+        pa.field("client_key", pa.string()),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("raw", pa.string(), nullable=False),  # JSON of the item, secrets and personal data removed
+    ]
+)
+# What typing produces before it lands (the client's number, the raw item).
+TYPED_QUARANTINE_SCHEMA = pa.schema(
     [
         pa.field("table_name", pa.string(), nullable=False),
         pa.field("client_number", pa.string()),
@@ -496,5 +616,12 @@ QUARANTINE_SCHEMA = pa.schema(
 def table(name: str) -> Table:
     try:
         return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown typed table {name!r}") from None
+
+
+def landed(name: str) -> LandedTable:
+    try:
+        return LANDED_BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown landed table {name!r}") from None

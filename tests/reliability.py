@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.models.tables import BY_NAME
+from membersync.models.tables import LANDED_BY_NAME as BY_NAME
 from membersync.warehouse.manifest import read_manifests
 from membersync.warehouse.paths import DataDir
 

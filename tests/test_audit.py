@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 import truth
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
+from landed import numbers_by_key, synced_numbers
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.extract.sandbox.silent import SilentChange, change_silently
 from membersync.extract.settings import Settings, SettingsError
@@ -114,14 +115,14 @@ def test_clients_option_values() -> None:
 
 
 def test_comparison_ignores_the_ledgers_as_of_stamp_and_row_order_but_not_a_cent() -> None:
-    schema = T.table("ledger_balances").schema
+    schema = T.landed("ledger_balances").schema
 
     def ledger(rows: list[tuple[str, str, str, dt.date]]) -> pa.Table:
         from decimal import Decimal
 
         return pa.Table.from_pylist(
             [
-                {"client_number": c, "storecode": s, "balance": Decimal(b), "as_of": d, "extra": None}
+                {"client_key": c, "storecode": s, "balance": Decimal(b), "as_of": d, "extra": None}
                 for c, s, b, d in rows
             ],
             schema=schema,
@@ -137,7 +138,7 @@ def test_comparison_ignores_the_ledgers_as_of_stamp_and_row_order_but_not_a_cent
     cent = A.keyed_rows(
         "ledger_balances", ledger([("0001", "B", "0.51", day2), ("0001", "A         ", "10.00", day2)])
     )
-    empty: dict[str, Any] = {name: {} for name in A.AUDITED_TABLES}
+    empty: dict[str, Any] = {name: {} for name in A.COMPARED}
     assert (
         A.differences({**empty, "ledger_balances": landed}, {**empty, "ledger_balances": same}, ["0001"])
         == {}
@@ -156,11 +157,13 @@ def test_queued_clients_join_the_discovery_without_moving_the_watermark() -> Non
         [B.ClientRef("0005", "S", "2026-01-02T00:00:00Z")],
         "2026-01-02T00:00:00Z",
     )
-    queued = A.queued_discovery(  # as the queue file holds them
+    queued = A.queued_discovery(  # as the queue file holds them: by key, numbers from the links
         {
-            "0005": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
-            "0001": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
-        }
+            "k5": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
+            "k1": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
+            "k9": {"homeStore": "S", "lastModified": "2025-01-01T00:00:00Z", "tables": ["clients"]},
+        },
+        {"k1": "0001", "k5": "0005"},  # k9 is linked to no one (forgotten since): skipped
     )
     merged = with_queued(found, queued)
     assert merged.client_numbers == ["0001", "0005"]
@@ -201,18 +204,31 @@ def sync(ws: Workspace, night: dt.date) -> Outcome:
 def audit_report(ws: Workspace, label: str) -> dict[str, Any]:
     path = A.audit_report_file(ws.data_dir, label)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+    return by_number(ws, json.loads(path.read_text()))
 
 
 def on_demand_report(ws: Workspace, outcome: Outcome) -> dict[str, Any]:
     line = next(x for x in outcome.stdout.splitlines() if x.startswith("report: "))
-    return json.loads(Path(line.removeprefix("report: ").strip()).read_text())  # type: ignore[no-any-return]
+    return by_number(ws, json.loads(Path(line.removeprefix("report: ").strip()).read_text()))
+
+
+def by_number(ws: Workspace, report: dict[str, Any]) -> dict[str, Any]:
+    """An audit report (client keys: it never names a number) as the sandbox names its clients."""
+    numbers = numbers_by_key(ws.data_dir)
+    sampled = [numbers[k] for k in report["sampled_clients"]]
+    differed = {numbers[k]: tables for k, tables in report["differed"].items()}
+    return {**report, "sampled": sampled, "differed": dict(sorted(differed.items()))}
+
+
+def queued(ws: Workspace) -> list[str]:
+    """The re-sync queue's clients (it holds keys) as numbers."""
+    numbers = numbers_by_key(ws.data_dir)
+    return sorted(numbers[k] for k in A.read_queue(ws.data_dir))
 
 
 def synced_on(ws: Workspace, night: dt.date) -> set[str]:
-    from membersync.warehouse.landing import LandingZone
 
-    return set(LandingZone(ws.data_dir).read("synced_clients", night)["client_number"].to_pylist())
+    return set(synced_numbers(ws.data_dir, night))
 
 
 def expected_findings(changes: dict[str, SilentChange], clients: set[str]) -> dict[str, dict[str, list[str]]]:
@@ -277,7 +293,7 @@ def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_hea
     assert second.summary_value("self-audit: clients differed") == str(len(expected))
     stats = read_manifest(ws.data_dir.manifests, NIGHT2).stats["audit"]  # type: ignore[union-attr]
     assert (stats["sampled"], stats["differed"]) == (50, len(expected))
-    assert sorted(A.read_queue(ws.data_dir)) == sorted(expected)
+    assert queued(ws) == sorted(expected)
     with pytest.raises(truth.ReportMismatch):  # the silent changes are not in the reports yet
         truth.assert_night_exact(sandbox, ws.data_dir, NIGHT2)
 
@@ -288,7 +304,7 @@ def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_hea
     on_demand = on_demand_report(ws, every)
     assert set(on_demand["sampled"]) == set(stamps)
     assert on_demand["differed"] == expected_findings(changes, unsynced)
-    assert set(A.read_queue(ws.data_dir)) == unsynced
+    assert set(queued(ws)) == unsynced
 
     # Night 3 heals: the queued clients are synced in full, the queue empties, reports are exact.
     assert len(unsynced) >= 25  # the overlap re-lists few unchanged clients: most still need healing
@@ -405,8 +421,9 @@ def test_prefect_runs_the_audit_as_its_own_task_and_its_artifact_names_the_keys(
     tasks, artifacts = asyncio.run(inspect())
     assert sum(t.name.startswith("self-audit-") for t in tasks) == 1  # its own task run
     rows = {row["item"]: row["value"] for row in json.loads(artifacts[0].data)}
-    for number in found:
-        change, item = changes[number], f"self-audit differed: client {number}"
+    keys = {n: k for k, n in numbers_by_key(ws.data_dir).items()}
+    for number in found:  # the artifact names clients by key, never by number
+        change, item = changes[number], f"self-audit differed: client {keys[number]}"
         assert rows[item] == f"{TABLE_OF_KIND[change.kind]}: {change.ident}"
     assert sum(item.startswith("self-audit differed: ") for item in rows) == len(found)  # nobody else
     assert rows["self-audit: clients differed"] == str(len(found))

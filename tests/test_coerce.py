@@ -24,7 +24,7 @@ from membersync.models.coerce import (
     quarantine_table,
     to_arrow,
 )
-from membersync.models.tables import QUARANTINE_SCHEMA, SECRET_FIELDS, TABLES, table
+from membersync.models.tables import SECRET_FIELDS, TABLES, TYPED_QUARANTINE_SCHEMA, table
 
 CLIENT = {"clientNumber": "000417"}
 CANARY = "CANARY-SECRET-41d9"
@@ -271,7 +271,7 @@ def test_quarantined_raw_json_is_scrubbed() -> None:
     assert "missing required field 'billingAccountId'" in landed.quarantine[0].reason
     assert landed.quarantine[1].reason == "expected an object, got list"
     q = quarantine_table(landed.quarantine)
-    assert q.schema.equals(QUARANTINE_SCHEMA) and q.num_rows == 2
+    assert q.schema.equals(TYPED_QUARANTINE_SCHEMA) and q.num_rows == 2
 
 
 def test_missing_context_is_a_caller_error() -> None:

@@ -91,9 +91,9 @@ def test_every_landed_table_is_filled_by_a_catalogue_endpoint_and_staged() -> No
     sources = yaml.safe_load((SQL / "staging" / "_sources.yml").read_text())
     declared = {t["name"] for s in sources["sources"] for t in s["tables"]}
     staged = {p.stem.removeprefix("stg_") for p in (SQL / "staging").glob("stg_*.sql")}
-    for table in T.TABLES:
-        if table.endpoint:
-            assert table.endpoint in catalogue.BY_NAME, (table.name, table.endpoint)
+    for typed in T.TABLES:
+        assert typed.endpoint in catalogue.BY_NAME, (typed.name, typed.endpoint)
+    for table in T.LANDED:
         assert table.name in declared, f"{table.name} is not a dbt source"
         assert table.name in staged, f"{table.name} has no staging model"
 
@@ -379,7 +379,7 @@ def _staging_models() -> dict[str, dict[str, Any]]:
 
 
 def test_staging_selects_every_landed_column() -> None:
-    for table in T.TABLES:
+    for table in T.LANDED:
         outputs = _staging_outputs(table.name)
         names = [n for n, _ in outputs]
         assert len(names) == len(set(names)), table.name
@@ -394,14 +394,14 @@ def test_staging_selects_every_landed_column() -> None:
 
 def test_staging_yaml_documents_exactly_the_columns_the_model_outputs() -> None:
     models = _staging_models()
-    for table in T.TABLES:
+    for table in T.LANDED:
         documented = [c["name"] for c in models[f"stg_{table.name}"].get("columns", [])]
         assert documented == [n for n, _ in _staging_outputs(table.name)], table.name
 
 
 def test_staging_deduplicates_and_tests_on_the_declared_key() -> None:
     models = _staging_models()
-    for table in T.TABLES:
+    for table in T.LANDED:
         key = ["snapshot_date", *table.key]
         sql = (SQL / "staging" / f"stg_{table.name}.sql").read_text()
         partitions = _PARTITION.findall(sql)
@@ -418,7 +418,7 @@ def test_the_projects_landed_tables_are_the_declared_ones() -> None:
     """dbt's var ``landing_tables`` drives the manifest test and the staging test (keys, and
     reconciliation with landing): every landed table (and the quarantine), no other."""
     project = yaml.safe_load((SQL / "dbt_project.yml").read_text())
-    assert project["vars"]["landing_tables"] == [t.name for t in T.TABLES] + ["quarantine"]
+    assert project["vars"]["landing_tables"] == [t.name for t in T.LANDED] + ["quarantine"]
 
 
 def test_every_mart_and_report_is_in_the_key_test_and_has_no_test_of_its_own() -> None:
@@ -426,7 +426,7 @@ def test_every_mart_and_report_is_in_the_key_test_and_has_no_test_of_its_own() -
     meta.key, not null and unique): every mart and report, no other. The
     key is declared once (meta.key): no per-model key test to drift from it."""
     project = yaml.safe_load((SQL / "dbt_project.yml").read_text())
-    models = [m for m in model_yaml(SQL) if m["_layer"] in ("marts", "reports")]
+    models = [m for m in model_yaml(SQL) if m["_layer"] in ("marts", "reports", "identity")]
     assert sorted(project["vars"]["keyed_models"]) == sorted(m["name"] for m in models)
     for model in models:
         assert model["config"]["meta"]["key"], model["name"]

@@ -170,7 +170,7 @@ def test_write_batch_rejects_bad_input(zone: LandingZone) -> None:
         tables, _ = members(0, 1)
         with pytest.raises(ValueError, match="bad batch id"):
             run.write_batch("../escape", tables)
-        with pytest.raises(ValueError, match="unknown landed table"):
+        with pytest.raises(ValueError, match="unknown typed table"):
             run.write_batch("b0", {"nope": tables["memberships"]})
         with pytest.raises(ValueError, match="declared schema"):
             run.write_batch("b0", {"clients": tables["memberships"]})

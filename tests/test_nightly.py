@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
+from landed import read_numbered, synced_numbers
 from membersync.extract.settings import ServiceSettings
 from membersync.flows import batches as B
 from membersync.flows.nightly import SyncOptions, run_night
@@ -84,6 +85,8 @@ def truth_counts(service: Any) -> dict[str, int]:
         "profile_questions": len(service.questions),
         "synced_clients": len(clients),
         "clients": len(clients),
+        "client_identity": len(clients),  # every client is new on a first night: one identity each
+        "client_demographics": len(clients),
         "comm_prefs": len(clients),
         "ledger_balances": sum(len(c.ledger) for c in clients),
         "points_balances": sum(len(c.points) for c in clients),
@@ -108,7 +111,7 @@ def published_rows(data_dir: DataDir, night: dt.date) -> dict[str, Any]:
 
 def assert_unique_keys(tables: dict[str, Any]) -> None:
     for name, table in tables.items():
-        key = T.table(name).key
+        key = T.landed(name).key
         if table.num_rows == 0:
             continue
         grouped = table.group_by(list(key)).aggregate([([], "count_all")])
@@ -269,8 +272,7 @@ def test_incremental_night_fetches_only_changed_clients_and_current_state_covers
     night2 = TODAY + dt.timedelta(days=1)
     second = run_night(settings, data_dir, night2, options=options)
     assert second.mode == "incremental" and second.clients == len(expected)
-    synced = published_rows(data_dir, night2)["synced_clients"]
-    assert sorted(synced["client_number"].to_pylist()) == expected
+    assert sorted(synced_numbers(data_dir, night2)) == expected
     # requests: configuration (8 + 5 per store) + one search page per store + nine reads per
     # changed client + a share lookup per membership of a package owner among them, plus the
     # self-audit's nine reads per sampled client (issue 9; default: at least 20 clients)
@@ -282,15 +284,15 @@ def test_incremental_night_fetches_only_changed_clients_and_current_state_covers
     assert second.requests - audit < first.requests / 4
 
     # the warehouse's current state still covers every client, with tonight's change in it
-    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+    with duckdb.connect(str(data_dir.identified_db), read_only=True) as con:
         count = con.execute("SELECT count(*) FROM marts.current_clients").fetchone()
         assert count is not None and count[0] == 120
         name = con.execute(
-            "SELECT last_name FROM marts.current_clients WHERE client_number = ?", [changed[0]]
+            "SELECT last_name FROM identity.clients WHERE client_number = ?", [changed[0]]
         ).fetchone()
         assert name == ("Changed-Tonight",)
     points_now = sandbox.call(lambda s: dict(s.clients[changed[1]].points))
-    balances = published_rows(data_dir, night2)["points_balances"].to_pylist()
+    balances = read_numbered(data_dir, "points_balances", night2).to_pylist()
     landed = {r["storecode"]: r["points"] for r in balances if r["client_number"] == changed[1]}
     assert landed == points_now
 

@@ -22,7 +22,7 @@ import pytest
 import truth
 from conftest import BUCKET, SECRET  # the moto S3 fixtures (s3_endpoint, aws_env) live in conftest
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.models.tables import BY_NAME
+from membersync.models.tables import LANDED_BY_NAME as BY_NAME
 from membersync.warehouse.landing import LandingError, LandingZone
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.storage import ObjectStore, s3_filesystem

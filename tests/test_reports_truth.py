@@ -366,7 +366,7 @@ def read_night(
 ) -> Night:
     reports_truth = truth.truth_of(sandbox, night)
     facts = sandbox.call(lambda s: facts_of(s, scenario))
-    db = str(ws.data_dir.warehouse_db)
+    db = str(ws.data_dir.identified_db)
     with contextlib.closing(duckdb.connect(db, read_only=True)) as con:
         stores_active = dict(con.execute("SELECT storecode, active FROM marts.current_stores").fetchall())
         receipts = sorted(scenario.watched_receipts)
@@ -380,7 +380,8 @@ def read_night(
         points: dict[str, list[tuple[str, dt.date, int]]] = {}
         for number, pid, day, amount in con.execute(
             "SELECT client_number, points_transaction_id, CAST(date AS DATE), points "
-            "FROM marts.points_transactions WHERE list_contains(?, client_number) "
+            "FROM marts.points_transactions JOIN identity.clients USING (client_key) "
+            "WHERE list_contains(?, client_number) "
             "ORDER BY points_transaction_id",
             [sorted(scenario.watched_clients)],
         ).fetchall():

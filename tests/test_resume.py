@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from landed import synced_numbers
 from membersync.models import tables as T
 from membersync.warehouse.landing import LandingError, LandingZone
 from membersync.warehouse.manifest import read_manifest
@@ -54,7 +55,7 @@ def test_resume_after_a_batch_size_change_lands_every_discovered_client(
     dd = DataDir(data_dir)
     manifest = read_manifest(dd.manifests, NIGHT)
     assert manifest is not None
-    landed = sorted(LandingZone(dd).read("synced_clients", NIGHT)["client_number"].to_pylist())
+    landed = sorted(synced_numbers(dd, NIGHT))
     assert landed == truth  # all 500, each once
     assert manifest.clients_synced == 500 and manifest.tables["clients"].rows == 500
     # The resumed run kept the first run's plan (batches of 50), reusing the staged one.

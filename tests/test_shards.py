@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from landed import synced_numbers
 from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows.nightly import NightRun, SyncOptions, direct_steps, drive, holding_lock
 from membersync.flows.shards import fan_out
@@ -161,7 +162,7 @@ def test_a_night_fetched_by_four_shards_one_killed_commits_once_exact(
     # one commit of the night, every client once, the shard area gone
     zone = LandingZone(data_dir)
     assert [m.snapshot_date for m in zone.manifests()] == [NIGHT]
-    landed = zone.read("synced_clients", NIGHT)["client_number"].to_pylist()
+    landed = synced_numbers(zone, NIGHT)
     assert sorted(landed) == sorted(sandbox.call(lambda service: list(service.clients)))
     area = ShardArea(data_dir, NIGHT, run_id)
     assert area.done_batches() == set()

@@ -21,6 +21,7 @@ from membersync.warehouse.build import (
     build_warehouse,
     load_models,
 )
+from membersync.warehouse.export import REPORTS
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.synthetic import write_night
 
@@ -42,7 +43,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[DataDir, BuildResul
 
 @contextlib.contextmanager
 def reader(data_dir: DataDir) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = duckdb.connect(str(data_dir.warehouse_db), read_only=True)
+    # the identified tier: every model (the analyst tier's catalog lacks the identity ones)
+    con = duckdb.connect(str(data_dir.identified_db), read_only=True)
     try:
         yield con
     finally:
@@ -71,9 +73,8 @@ ORDER = {
 @pytest.mark.parametrize("night", sc.NIGHTS)
 def test_snapshot_report_matches_python(built, report: str, night: dt.date) -> None:
     data_dir, _, landed = built
-    got = query(
-        data_dir, f"SELECT * FROM reports.{report} WHERE snapshot_date = ? ORDER BY {ORDER[report]}", [night]
-    )
+    source = REPORTS[report].source  # top debtors: the identified tier's, with numbers and names
+    got = query(data_dir, f"SELECT * FROM {source} WHERE snapshot_date = ? ORDER BY {ORDER[report]}", [night])
     expected = sc.EXPECTED[report](landed, night)
     assert got == expected
     assert got, "the scenario gives every report rows"
@@ -91,8 +92,8 @@ def test_vanished_ledger_row_is_not_resurrected(built) -> None:
     data_dir, _, _ = built
     rows = query(
         data_dir,
-        "SELECT as_of_date, storecode, balance FROM marts.ledger_balances_daily WHERE client_number = ? "
-        "ORDER BY as_of_date, storecode",
+        "SELECT as_of_date, storecode, balance FROM marts.ledger_balances_daily "
+        "JOIN identity.clients USING (client_key) WHERE client_number = ? ORDER BY as_of_date, storecode",
         [sc.SPECIAL],
     )
     assert rows == [
@@ -185,6 +186,7 @@ def test_result_and_meta(built) -> None:
     assert result.nights == sc.NIGHTS
     assert result.path == data_dir.warehouse_db
     assert (data_dir.warehouse_db.stat().st_mode & 0o777) == 0o600
+    assert (data_dir.identified_db.stat().st_mode & 0o777) == 0o600
     names = {r["name"] for r in query(data_dir, "SELECT name FROM meta.models")}
     assert {f"reports.{n}" for n in sc.EXPECTED} <= names
     nights = query(data_dir, "SELECT snapshot_date, mode FROM marts.nights ORDER BY 1")
@@ -207,7 +209,7 @@ def test_result_and_meta(built) -> None:
 
 def test_every_model_declares_grain_and_key() -> None:
     models = load_models()
-    assert {m.layer for m in models} == {"staging", "marts", "reports"}
+    assert {m.layer for m in models} == {"staging", "marts", "reports", "identity"}
     for model in models:
         assert model.grain.startswith("one row per"), model.name
         assert model.key, model.name

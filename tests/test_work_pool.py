@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import BUCKET
+from landed import synced_numbers
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.flows.schedule import free_port, server_env, wait_healthy
 from membersync.flows.tenant_flow import (
@@ -493,7 +494,7 @@ def test_tenants_on_a_work_pool(
         data_dir = DataDir.remote_location(f"s3://{BUCKET}/{name}", str(tmp_path / "work" / name))
         zone = LandingZone(data_dir)
         assert [m.snapshot_date for m in zone.manifests()] == [NIGHT], name  # committed once
-        landed = zone.read("synced_clients", NIGHT)["client_number"].to_pylist()
+        landed = synced_numbers(zone, NIGHT)
         assert len(landed) == len(set(landed)) == TENANTS[name], name  # every client once
         assert_night_exact(sb, data_dir, NIGHT)
         passed, refused_s = per_second(sb)

@@ -191,9 +191,12 @@ def client_name(first: str | None, last: str | None) -> str:
 # --- the truth -----------------------------------------------------------------------------------
 
 
-def compute_truth(service: Service, night: dt.date) -> Reports:
+def compute_truth(service: Service, night: dt.date, forgotten: Mapping[str, str] | None = None) -> Reports:
     """Every report of ``night`` from the service's state. Call it on the sandbox's loop thread
-    (:func:`truth_of`) so no request changes the state half-way."""
+    (:func:`truth_of`) so no request changes the state half-way. ``forgotten``: client number ->
+    surrogate key of the clients forgotten (the erasure register's): the top-debtors list shows
+    them as "forgotten client" with their key in place of the number, after every client still
+    known at equal balances."""
     materialize = getattr(service, "materialize_all", None)
     if materialize is not None:  # a lazy sandbox fills clients' holdings on first use
         materialize()
@@ -204,13 +207,13 @@ def compute_truth(service: Service, night: dt.date) -> Reports:
         "eft_draw_forecast": eft_draw_forecast(service, night),
         "revenue_by_store_day": revenue_by_store_day(service, night),
         "membership_status_daily": membership_status_daily(service, night),
-        "top_debtors": top_debtors(service, night),
+        "top_debtors": top_debtors(service, night, forgotten or {}),
     }
 
 
-def truth_of(sandbox: Any, night: dt.date) -> Reports:
+def truth_of(sandbox: Any, night: dt.date, forgotten: Mapping[str, str] | None = None) -> Reports:
     """:func:`compute_truth` run on a ``RunningSandbox``'s loop thread (a consistent read)."""
-    return sandbox.call(lambda service: compute_truth(service, night))  # type: ignore[no-any-return]
+    return sandbox.call(lambda service: compute_truth(service, night, forgotten))  # type: ignore[no-any-return]
 
 
 def outstanding_balances(service: Service, night: dt.date) -> list[Row]:
@@ -338,11 +341,21 @@ def revenue_by_store_day(service: Service, night: dt.date) -> list[Row]:
     ]
 
 
-def top_debtors(service: Service, night: dt.date) -> list[Row]:
+FORGOTTEN_CLIENT = "forgotten client"
+
+
+def top_debtors(service: Service, night: dt.date, forgotten: Mapping[str, str]) -> list[Row]:
     rows = []
     for code in service.stores:
         owing = [c for c in service.clients.values() if c.ledger.get(code, ZERO) > 0]
-        owing.sort(key=lambda c: (-c.ledger[code], c.client_number))
+        # ties: by client number; a forgotten client has none any more (after the others, by key)
+        owing.sort(
+            key=lambda c: (
+                -c.ledger[code],
+                c.client_number in forgotten,
+                forgotten.get(c.client_number, c.client_number),
+            )
+        )
         for client in owing[:TOP_DEBTORS_PER_STORE]:
             payments = [
                 p.local_datetime.date()
@@ -355,8 +368,10 @@ def top_debtors(service: Service, night: dt.date) -> list[Row]:
                 {
                     "snapshot_date": night,
                     "storecode": code,
-                    "client_number": client.client_number,
-                    "client_name": client_name(client.first_name, client.last_name),
+                    "client_number": forgotten.get(client.client_number, client.client_number),
+                    "client_name": FORGOTTEN_CLIENT
+                    if client.client_number in forgotten
+                    else client_name(client.first_name, client.last_name),
                     "balance": client.ledger[code],
                     "active_memberships": sum(
                         1 for ms in client.memberships if status_bucket(ms.status) == "active"
@@ -372,14 +387,16 @@ def top_debtors(service: Service, night: dt.date) -> list[Row]:
 
 
 def warehouse_reports(data_dir: DataDir, night: dt.date, names: Iterable[str] = REPORT_NAMES) -> Reports:
-    """The report rows of ``night`` as the warehouse holds them (opened read-only)."""
+    """The report rows of ``night`` as the warehouse holds them (opened read-only): the reports
+    managers get, so the identified tier's (top debtors with client numbers and names)."""
     import duckdb
+    from membersync.warehouse.export import REPORTS
 
     out: Reports = {}
-    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+    with contextlib.closing(duckdb.connect(str(data_dir.identified_db), read_only=True)) as con:
         for name in names:
             where = "snapshot_date = ?" if SPECS[name].per_night else "business_date <= ?"
-            cursor = con.execute(f"SELECT * FROM reports.{name} WHERE {where}", [night])
+            cursor = con.execute(f"SELECT * FROM {REPORTS[name].source} WHERE {where}", [night])
             header = [d[0] for d in cursor.description or []]
             out[name] = [dict(zip(header, r, strict=True)) for r in cursor.fetchall()]
     return out
@@ -579,9 +596,11 @@ def case_differences(
     return problems
 
 
-def assert_night_exact(sandbox: Any, data_dir: DataDir, night: dt.date) -> Reports:
+def assert_night_exact(
+    sandbox: Any, data_dir: DataDir, night: dt.date, forgotten: Mapping[str, str] | None = None
+) -> Reports:
     """The warehouse and the CSVs of ``night`` both equal the sandbox's truth; returns the truth."""
-    truth = truth_of(sandbox, night)
+    truth = truth_of(sandbox, night, forgotten)
     problems = report_differences(warehouse_reports(data_dir, night), truth)
     problems += csv_differences(data_dir, night, truth)
     if problems:

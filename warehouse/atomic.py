@@ -122,6 +122,28 @@ def write_file_atomic(path: Path, data: bytes) -> None:
     write_bytes_atomic(path, data)
 
 
+def write_parquet_atomic(path: Path, table: Any) -> None:
+    """An Arrow table as a zstd Parquet file, published like any file (a new landed file of an
+    erasure, a migration or a retention run; its folder is created 0700 when missing)."""
+    import pyarrow.parquet as pq
+
+    make_dirs(path.parent)
+    remove_dead_temporaries(path)
+    tmp = tmp_name(path)
+    try:
+        fd = open_new(tmp)
+        with os.fdopen(fd, "wb") as handle:
+            pq.write_table(table, handle, compression="zstd")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
 def write_json_atomic(path: Path, body: Any) -> None:
     """``body`` as JSON text (UTF-8), published with :func:`write_file_atomic`."""
     write_file_atomic(path, json.dumps(body, indent=1, ensure_ascii=False).encode())

@@ -32,13 +32,14 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 from membersync.extract.settings import Settings
+from membersync.models.tables import LANDED
 from membersync.warehouse import catalog as cat
 from membersync.warehouse import dbt_run
 from membersync.warehouse.atomic import alive
@@ -49,7 +50,8 @@ from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
 log = logging.getLogger(__name__)
 
 SQL_DIR = dbt_run.SQL_DIR
-LAYERS = ("staging", "marts", "reports")
+LAYERS = ("staging", "marts", "reports", "identity")
+TIERS = ("identified", "analyst")  # the catalogs a build publishes (the identified one first)
 TMP_PREFIX = "warehouse.duckdb.building-"
 SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
 SCRATCH_DIR = "scratch"
@@ -89,6 +91,7 @@ class Model:
     grain: str
     key: tuple[str, ...]
     storage: str
+    personal: bool = False  # meta.personal: its part holds per-person rows (forget rewrites it)
 
 
 def load_models(sql_dir: Path | None = None) -> list[Model]:
@@ -99,7 +102,7 @@ def load_models(sql_dir: Path | None = None) -> list[Model]:
         config = entry.get("config") or {}
         meta = config.get("meta") or {}
         name = str(entry["name"])
-        table = name.removeprefix("stg_")
+        table = name.removeprefix("stg_").removeprefix("identified_")
         models.append(
             Model(
                 name=f"{config.get('schema', entry['_layer'])}.{table}",
@@ -108,6 +111,7 @@ def load_models(sql_dir: Path | None = None) -> list[Model]:
                 grain=str(meta.get("grain", "")),
                 key=tuple(meta.get("key") or ()),
                 storage=str(meta.get("storage", "")),
+                personal=bool(meta.get("personal", False)),
             )
         )
     return models
@@ -293,7 +297,7 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     # A crashed build's folder was removed by _remove_stale_temporaries, under the same lock.
     scratch_dir = cat.warehouse_dir(data_dir) / SCRATCH_DIR
     scratch_dir.mkdir(mode=0o700)
-    tmp = data_dir.root / f"{TMP_PREFIX}{build_id}"
+    tmps = {tier: data_dir.root / f"{TMP_PREFIX}{build_id}-{tier}" for tier in TIERS}
     phases: dict[str, float] = {}  # seconds per phase (the log and the build benchmark show them)
     try:
         scratch = scratch_dir / dbt_run.SCRATCH_DATABASE
@@ -315,16 +319,19 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
                 rows, duplicates, others = _tallies(con, run)
         checks = dbt_run.checks_rows(run, relations)
         with _timed(phases, "catalog"):
-            _write_catalog(tmp, data_dir, plan, files, parts, run, checks, project)
+            for tier, tmp in tmps.items():
+                _write_catalog(tmp, data_dir, plan, files, parts, run, checks, project, tier)
         crashpoint("during_warehouse_build")
         with _timed(phases, "publish"):
-            _publish(tmp, data_dir.warehouse_db, {m.snapshot_date: m.committed_at for m in plan.manifests})
+            nights = {m.snapshot_date: m.committed_at for m in plan.manifests}
+            for tier, tmp in tmps.items():
+                _publish(tmp, data_dir.catalog(tier), nights)
             removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.published_parts]])
         if removed:
             log.info("removed %d part(s) no catalog names any more", removed)
         log.info("build phases (s): %s", ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
     finally:
-        for leftover in (tmp, Path(f"{tmp}.wal")):
+        for leftover in (p for tmp in tmps.values() for p in (tmp, Path(f"{tmp}.wal"))):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
         shutil.rmtree(scratch_dir, ignore_errors=True)
@@ -363,7 +370,7 @@ def _prepare_scratch(scratch: Path, project: Path, plan: _Plan, files: Sequence[
     """The sources dbt reads: meta (manifests), landing (the nights built), prior (published state)."""
     building = set(plan.build_nights)
     with contextlib.closing(_connect(scratch)) as con:
-        for schema in ("meta", "landing", "prior"):
+        for schema in ("meta", "landing", "prior", "history"):
             con.execute(f"CREATE SCHEMA {schema}")
         cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
         cat.register_table(
@@ -381,6 +388,7 @@ def _prepare_scratch(scratch: Path, project: Path, plan: _Plan, files: Sequence[
             # The tables of source `prior` are declared once, in sql/staging/_sources.yml.
             models = dbt_run.source_models(project, "prior")
             cat.create_prior_views(con, plan.prior_parts, models, plan.prior_newest)
+            cat.create_history_views(con, plan.prior_parts, dbt_run.source_models(project, "history"))
 
 
 def _nights_table(manifests: Sequence[Manifest]) -> pa.Table:
@@ -398,16 +406,14 @@ def _nights_table(manifests: Sequence[Manifest]) -> pa.Table:
 
 def _manifest_rows(manifests: Sequence[Manifest]) -> pa.Table:
     """Rows per landed table and night as the manifests record them (every known table, 0 too)."""
-    from membersync.models.tables import TABLES
-
     out: list[tuple[str, dt.date, int]] = []
     for m in manifests:
-        for table in TABLES:
+        for table in LANDED:
             out.append(
                 (table.name, m.snapshot_date, m.tables[table.name].rows if table.name in m.tables else 0)
             )
         out.append((cat.QUARANTINE, m.snapshot_date, m.quarantine.rows))
-        unknown = sorted(set(m.tables) - {t.name for t in TABLES})
+        unknown = sorted(set(m.tables) - {t.name for t in LANDED})
         if unknown:
             log.warning(
                 "manifest %s names tables this build does not know (ignored): %s", m.snapshot_date, unknown
@@ -454,6 +460,7 @@ def _raise_first_failure(
                 f"meta.storage is {node.storage or 'not set'!r} in its YAML: say how its rows are kept "
                 f"({', '.join(cat.STORAGES)}; see sql/dbt_project.yml)",
             )
+    _check_tiers(run)
     key_checked = {m for t in run.tests() if t.check in dbt_run.KEY_CHECKS for m in t.reads}
     for node in run.models():
         if node.unique_id not in key_checked:
@@ -471,6 +478,39 @@ def _raise_first_failure(
         raise BuildCheckError(*_test_failure(con, node, relations))
     if not run.success:
         raise BuildCheckError("dbt", "build", run.error or f"dbt failed; see {run.log_file}")
+
+
+IDENTITY_SOURCES = frozenset(f"source.membersync.landing.{t.name}" for t in LANDED if t.tier == "identified")
+PERSONAL_SOURCES = frozenset(f"source.membersync.landing.{t.name}" for t in LANDED if t.personal)
+
+
+def _check_tiers(run: dbt_run.DbtRun) -> None:
+    """Where personal data may go: a model that reads the identity is of the identified tier; a
+    model that reads per-person data is a view, or a merged table marked personal (whose part
+    ``membersync forget`` rewrites): never a nightly or latest part."""
+    identified: set[str] = set()
+    carrying: set[str] = set()  # models whose rows carry per-person data (dbt's order: readers after)
+    for node in run.models():
+        reads_identity = bool(set(node.sources) & IDENTITY_SOURCES or set(node.reads) & identified)
+        if reads_identity and node.tier != "identified":
+            raise BuildCheckError(
+                node.relation, "tier", "it reads the identity: say meta.tier: identified in its YAML"
+            )
+        if node.tier == "identified":
+            identified.add(node.unique_id)
+        if node.personal and node.storage != cat.MERGED:
+            raise BuildCheckError(
+                node.relation, "personal", "a personal model is stored merged (one part forget rewrites)"
+            )
+        if set(node.sources) & PERSONAL_SOURCES or set(node.reads) & carrying or node.personal:
+            if node.storage != cat.VIEW and not node.personal:
+                raise BuildCheckError(
+                    node.relation,
+                    "personal",
+                    "it reads per-person data: make it a view, or a merged model with meta.personal: true, "
+                    "so that forgetting a person rewrites its part",
+                )
+            carrying.add(node.unique_id)
 
 
 def _test_failure(
@@ -561,41 +601,53 @@ def _write_catalog(
     run: dbt_run.DbtRun,
     checks: Sequence[tuple[str, str, str]],
     project: Path,
+    tier: str = "identified",
 ) -> None:
-    """The new catalog: meta tables (``checks``: every check passed, as model, check, detail),
-    landing views over every night, a view per model."""
+    """The new catalog of ``tier``: meta tables (``checks``: every check passed, as model, check,
+    detail), landing views over every night, a view per model. The analyst tier's holds no model
+    of the identified tier and no view over its files (``membersync sql`` names ``--identified``
+    when a query asks for them)."""
+    tables = cat.tier_tables(tier)
+    readable = {t.name for t in tables} | {cat.QUARANTINE}
+    files = [f for f in files if f.table in readable]
+    models = [n for n in run.models() if tier == "identified" or n.tier != "identified"]
+    names = {n.relation for n in models}
+    withheld = [n.relation for n in run.models() if n.relation not in names]
+    withheld += [f"landing.{t.name}" for t in LANDED if t.name not in readable]
     with contextlib.closing(_connect(tmp)) as con:
-        for schema in ("meta", "landing", *LAYERS):
+        for schema in ("meta", "landing", *(x for x in LAYERS if tier == "identified" or x != "identity")):
             con.execute(f"CREATE SCHEMA {schema}")
         cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
         cat.register_table(con, "meta.landed_files", cat.landed_files_table(files))
         cat.register_table(con, "meta.parts", cat.parts_table(parts))
-        cat.register_table(con, "meta.models", _models_table(load_models(project), project))
-        cat.register_table(
-            con,
-            "meta.checks",
-            pa.table(
-                {
-                    "model": pa.array([c[0] for c in checks], pa.string()),
-                    "check_name": pa.array([c[1] for c in checks], pa.string()),
-                    "detail": pa.array([c[2] for c in checks], pa.string()),
-                }
-            ),
-        )
+        known = [m for m in load_models(project) if m.name in names]
+        cat.register_table(con, "meta.models", _models_table(known, project))
+        cat.register_table(con, "meta.checks", _checks_table([c for c in checks if c[0] not in withheld]))
         facts = {
             "fingerprint": plan.fingerprint,
             "built_nights": f"{plan.build_nights[0]}..{plan.build_nights[-1]}",
             "full_refresh": str(plan.full_refresh).lower(),
+            "tier": tier,
         }
         cat.register_table(con, "meta.build", cat.facts_table(facts))
-        cat.create_landing_views(con, files)
-        for node in run.models():  # dbt's order: a view is created after what it reads
+        cat.create_landing_views(con, files, tables)
+        for node in models:  # dbt's order: a view is created after what it reads
             if node.storage == cat.VIEW:
                 con.execute(f"CREATE VIEW {node.relation} AS\n{node.compiled_code}")
             else:
                 mine = [p for p in parts if p.model == node.relation]
                 cat.create_part_view(con, node.relation, mine, node.key)
         con.execute("CHECKPOINT")
+
+
+def _checks_table(checks: Sequence[tuple[str, str, str]]) -> pa.Table:
+    return pa.table(
+        {
+            "model": pa.array([c[0] for c in checks], pa.string()),
+            "check_name": pa.array([c[1] for c in checks], pa.string()),
+            "detail": pa.array([c[2] for c in checks], pa.string()),
+        }
+    )
 
 
 def _models_table(models: Sequence[Model], project: Path) -> pa.Table:
@@ -638,6 +690,186 @@ def _publish(tmp: Path, target: Path, nights: Mapping[dt.date, str]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _edit_catalogs(data_dir: DataDir, edit: Callable[[duckdb.DuckDBPyConnection, str], None]) -> list[Path]:
+    """Apply ``edit(con, tier)`` to a copy of each published catalog and swap the copy in (an
+    atomic rename, as a build publishes); returns the catalogs edited. The caller holds the build
+    lock. No model is rebuilt: an erasure or retention changes which files the views name."""
+    done = []
+    for tier in TIERS:
+        target = data_dir.catalog(tier)
+        if not target.is_file():
+            continue
+        tmp = data_dir.root / f"{TMP_PREFIX}{os.getpid()}-edit-{secrets.token_hex(3)}-{tier}"
+        try:
+            shutil.copyfile(target, tmp)
+            with contextlib.closing(_connect(tmp)) as con:
+                edit(con, tier)
+                con.execute("CHECKPOINT")
+            os.chmod(tmp, FILE_MODE)
+            os.replace(tmp, target)
+            done.append(target)
+        finally:
+            for leftover in (tmp, Path(f"{tmp}.wal")):
+                leftover.unlink(missing_ok=True)
+    return done
+
+
+def repoint_catalogs(data_dir: DataDir) -> list[Path]:
+    """Point each published catalog's landing views at the files the manifests name now."""
+    files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
+    with _build_lock(data_dir):
+        return _edit_catalogs(data_dir, lambda con, tier: _replace_landing_views(con, files, tier))
+
+
+def forget_in_parts(data_dir: DataDir, keys: Sequence[str]) -> int:
+    """Every part of a personal model (``meta.personal``) on disk, the previous catalog's too,
+    rewritten without the rows of ``keys``; the catalogs name the new parts and the landed files
+    named now; the old parts are deleted. Returns the rows removed."""
+    if not keys:
+        return 0
+    personal = {m.name for m in load_models() if m.personal}
+    files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
+    wanted = ", ".join(f"'{k}'" for k in sorted(set(keys)))
+    build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
+    removed = 0
+    replaced: dict[str, str] = {}
+    with _build_lock(data_dir), contextlib.closing(duckdb.connect()) as con:
+        for model in sorted(personal):
+            for path in sorted((cat.parts_dir(data_dir) / model).glob("*.parquet")):
+                scan = f"read_parquet('{path}')"
+                gone = con.execute(f"SELECT count(*) FROM {scan} WHERE client_key IN ({wanted})").fetchone()
+                if not gone or not gone[0]:
+                    continue
+                new = path.with_name(f"{build_id}-forget-{secrets.token_hex(2)}.parquet")
+                con.execute(
+                    f"COPY (SELECT * FROM {scan} WHERE client_key NOT IN ({wanted})) TO '{new}' "
+                    "(FORMAT parquet, COMPRESSION zstd)"
+                )
+                os.chmod(new, FILE_MODE)
+                replaced[str(path)] = str(new)
+                removed += int(gone[0])
+
+        def edit(catalog: duckdb.DuckDBPyConnection, tier: str) -> None:
+            _replace_parts(catalog, replaced)
+            _replace_landing_views(catalog, files, tier)
+
+        _edit_catalogs(data_dir, edit)
+    for old in replaced:
+        Path(old).unlink(missing_ok=True)
+    return removed
+
+
+def _replace_parts(con: duckdb.DuckDBPyConnection, replaced: Mapping[str, str]) -> None:
+    """``meta.parts`` and the views of the models whose parts were rewritten, with the new paths."""
+    from dataclasses import replace
+
+    before = cat.read_parts(con)
+    parts = [replace(p, path=replaced.get(p.path, p.path)) for p in before]
+    changed = {p.model for p in before if p.path in replaced}
+    con.execute("DROP TABLE meta.parts")
+    cat.register_table(con, "meta.parts", cat.parts_table(parts))
+    _replace_part_views(con, parts, changed)
+
+
+def _replace_part_views(con: duckdb.DuckDBPyConnection, parts: Sequence[cat.Part], models: set[str]) -> None:
+    """The catalog's views of ``models`` (those it holds) over ``parts``."""
+    keys = {m.name: m.key for m in load_models()}
+    held = {
+        f"{s}.{v}" for s, v in con.execute("SELECT schema_name, view_name FROM duckdb_views()").fetchall()
+    }
+    for model in sorted(models & held):
+        con.execute(f"DROP VIEW {model}")
+        cat.create_part_view(con, model, [p for p in parts if p.model == model], keys.get(model, ()))
+
+
+def prune_nights(data_dir: DataDir, removed: Sequence[dt.date]) -> int:
+    """Retention removed ``removed`` from the landing zone: drop their rows from every part that
+    holds rows per night, forget them in ``meta.nights``, point the landing views at the files
+    now named; no model is rebuilt (the nights kept are as they were built). Returns the parts
+    rewritten; the parts they replace are deleted at once."""
+    published, _, parts = cat.published_state(data_dir.warehouse_db)
+    gone = sorted(set(removed) & set(published))
+    if not gone:
+        repoint_catalogs(data_dir)
+        return 0
+    keys = {m.name: m.key for m in load_models()}
+    build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
+    with _build_lock(data_dir), contextlib.closing(duckdb.connect()) as con:
+        rewritten = {
+            p.path: _pruned_part(con, data_dir, p, keys.get(p.model, ()), gone, build_id) for p in parts
+        }
+    kept = [rewritten.get(p.path) or p for p in parts]
+    changed = {p.model for p in parts if rewritten.get(p.path)}
+    _swap_pruned(data_dir, kept, changed, gone)
+    for old, new in rewritten.items():
+        if new is not None:
+            Path(old).unlink(missing_ok=True)
+    return sum(1 for p in rewritten.values() if p is not None)
+
+
+def _pruned_part(
+    con: duckdb.DuckDBPyConnection,
+    data_dir: DataDir,
+    part: cat.Part,
+    key: Sequence[str],
+    gone: Sequence[dt.date],
+    build_id: str,
+) -> cat.Part | None:
+    """``part`` without the rows of the nights ``gone`` (None: it holds none of them, or has no
+    rows per night: events, revenue by business date)."""
+    if part.storage == cat.LATEST or part.last_night < gone[0] or part.first_night > gone[-1]:
+        return None
+    scan = f"read_parquet('{part.path}')"
+    columns = {d[0] for d in con.execute(f"SELECT * FROM {scan} LIMIT 0").description or []}
+    column = "as_of_date" if "as_of_date" in columns else "snapshot_date" if "snapshot_date" in key else None
+    if column is None:
+        return None
+    nights = ", ".join(f"DATE '{n.isoformat()}'" for n in gone)
+    held = con.execute(f"SELECT count(*) FROM {scan} WHERE {column} IN ({nights})").fetchone()
+    if not held or not held[0]:
+        return None
+    folder = Path(part.path).parent
+    path = folder / f"{build_id}-pruned-{secrets.token_hex(2)}.parquet"
+    con.execute(
+        f"COPY (SELECT * FROM {scan} WHERE {column} NOT IN ({nights})) TO '{path}' "
+        "(FORMAT parquet, COMPRESSION zstd)"
+    )
+    os.chmod(path, FILE_MODE)
+    return cat.Part(part.model, part.storage, str(path), part.first_night, part.last_night)
+
+
+def _swap_pruned(
+    data_dir: DataDir, parts: Sequence[cat.Part], changed: set[str], gone: Sequence[dt.date]
+) -> None:
+    """Each tier's catalog with the pruned parts, ``meta.nights`` without ``gone`` and landing
+    views over the files named now, swapped in like a build's."""
+    files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
+    nights = ", ".join(f"DATE '{n.isoformat()}'" for n in gone)
+
+    def edit(con: duckdb.DuckDBPyConnection, tier: str) -> None:
+        con.execute(f"DELETE FROM meta.nights WHERE snapshot_date IN ({nights})")
+        con.execute("DROP TABLE meta.parts")
+        cat.register_table(con, "meta.parts", cat.parts_table(parts))
+        _replace_part_views(con, list(parts), changed)
+        _replace_landing_views(con, files, tier)
+
+    with _build_lock(data_dir):
+        _edit_catalogs(data_dir, edit)
+
+
+def _replace_landing_views(
+    con: duckdb.DuckDBPyConnection, files: Sequence[cat.LandedFile], tier: str
+) -> None:
+    tables = cat.tier_tables(tier)
+    readable = {t.name for t in tables} | {cat.QUARANTINE}
+    for name in sorted(readable):
+        con.execute(f"DROP VIEW IF EXISTS landing.{name}")
+    con.execute("DROP TABLE meta.landed_files")
+    mine = [f for f in files if f.table in readable]
+    cat.register_table(con, "meta.landed_files", cat.landed_files_table(mine))
+    cat.create_landing_views(con, mine, tables)
 
 
 def _remove_stale_temporaries(data_dir: DataDir) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
+from membersync.models.tables import LANDED, QUARANTINE_SCHEMA, LandedTable
 from membersync.warehouse.atomic import alive
 from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
@@ -139,13 +139,21 @@ def _path_list(paths: Iterable[str]) -> str:
     return "[" + ", ".join(_quote(p) for p in paths) + "]"
 
 
-def create_landing_views(con: duckdb.DuckDBPyConnection, files: Sequence[LandedFile]) -> None:
-    """``landing.<table>`` for every landed table and the quarantine: the rows of ``files`` as
+def tier_tables(tier: str) -> list[LandedTable]:
+    """The landed tables a catalog of ``tier`` may read: the analyst tier never reads the
+    identified tier's files (``client_identity``)."""
+    return [t for t in LANDED if tier == "identified" or t.tier == "analyst"]
+
+
+def create_landing_views(
+    con: duckdb.DuckDBPyConnection, files: Sequence[LandedFile], tables: Sequence[LandedTable] = LANDED
+) -> None:
+    """``landing.<table>`` for each of ``tables`` and the quarantine: the rows of ``files`` as
     landed, with the night from the manifest (never from the path) and their lineage.
 
     ``meta.landed_files`` must hold ``files`` (the views join it for each file's night).
     """
-    declared = {t.name: t.schema for t in TABLES} | {QUARANTINE: QUARANTINE_SCHEMA}
+    declared = {t.name: t.schema for t in tables} | {QUARANTINE: QUARANTINE_SCHEMA}
     for name, schema in declared.items():
         mine = [f for f in files if f.table == name]
         types = _duckdb_types(con, schema)
@@ -188,7 +196,7 @@ def create_landing_views(con: duckdb.DuckDBPyConnection, files: Sequence[LandedF
 
 def landed_tables() -> list[str]:
     """``landing.<table>`` of every declared landed table and the quarantine."""
-    return [*(f"landing.{t.name}" for t in TABLES), f"landing.{QUARANTINE}"]
+    return [*(f"landing.{t.name}" for t in LANDED), f"landing.{QUARANTINE}"]
 
 
 def write_part(
@@ -270,6 +278,20 @@ def create_prior_views(
             )
         else:
             create_part_view(con, f"prior.{table}", mine)
+
+
+def create_history_views(
+    con: duckdb.DuckDBPyConnection, parts: Sequence[Part], models: Mapping[str, str]
+) -> None:
+    """``history.<table>`` for each table -> model of ``models``: every row the published parts
+    of a nightly model hold (a model comparing a night with older nights reads them)."""
+    for table, model in models.items():
+        mine = [p for p in parts if p.model == model]
+        if not mine:
+            raise KeyError(f"the published warehouse has no part of {model!r} (source history.{table})")
+        con.execute(
+            f"CREATE VIEW history.{table} AS SELECT * FROM read_parquet({_path_list(p.path for p in mine)})"
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import contextlib
 import csv
 import datetime as dt
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from decimal import Decimal
@@ -18,12 +19,14 @@ from typing import Any
 
 import duckdb
 from membersync.extract.settings import Settings, UsageError
+from membersync.models.tables import CLIENT_IDENTITY
 from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
 from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.landing import AlreadyRunning, LandingZone
 from membersync.warehouse.manifest import ManifestError
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.storage import StoreError, publish_reports, refresh_mirror
+from membersync.warehouse.upkeep import upkeep
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -64,7 +67,8 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
             )
         # Every writer of the warehouse holds the data dir's lock: a build racing a sync could
         # otherwise publish an older warehouse over the one the sync just built.
-        with LandingZone(data_dir).lock():
+        with LandingZone(data_dir).lock() as zone:
+            upkeep(zone)  # a data dir of the earlier layout migrated, pending erasures finished
             result = build_warehouse(data_dir, full_refresh=full_refresh)
             paths = export_reports(data_dir, night, names)
             published = publish_reports(data_dir, paths)  # s3://: uploaded; else the paths
@@ -96,6 +100,30 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
     return 0
 
 
+# What the analyst tier does not have because it is personal: a query naming one of these (a
+# column, the identity schema or the identity's landed table) is told where it is.
+PERSONAL_NAMES = frozenset(
+    {
+        "client_number",
+        "client_name",
+        "identity",
+        "client_identity",
+        *(c.name for c in CLIENT_IDENTITY.columns),
+    }
+    - {"client_key", "identity_digest"}
+)
+
+
+def _identity_hint(error: str) -> str:
+    """A hint naming ``--identified`` when a failed query wanted personal data."""
+    if any(re.search(rf"\b{name}\b", error) for name in PERSONAL_NAMES):
+        return (
+            "; personal data (client numbers, names, contact, birth dates, addresses) is in the identified "
+            "tier only: run `membersync sql --identified`, if your role allows it"
+        )
+    return ""
+
+
 def run_docs_cli() -> int:
     """Generate dbt's docs site of the warehouse under the data dir and say where it is."""
     from membersync.warehouse.docs import DocsError, generate_docs
@@ -115,14 +143,16 @@ def run_docs_cli() -> int:
     return 0
 
 
-def run_sql_cli(query: str, as_csv: bool = False) -> int:
-    """Run ``query`` on the warehouse opened read-only; print a table (or CSV on stdout)."""
+def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> int:
+    """Run ``query`` on the warehouse opened read-only (the analyst tier's catalog, or with
+    ``identified`` the identified tier's); print a table (or CSV on stdout)."""
     _check_not_empty(query)
     data_dir = _data_dir()
-    if not data_dir.warehouse_db.is_file():
-        raise _usage_error(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
+    path = data_dir.catalog("identified" if identified else "analyst")
+    if not path.is_file():
+        raise _usage_error(f"no warehouse at {path}: run `membersync reports` first")
     try:
-        with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
             con.execute("SET TimeZone = 'UTC'")
             cursor = con.execute(query)
             if cursor is None:  # DuckDB answers None when there was no statement at all
@@ -131,7 +161,9 @@ def run_sql_cli(query: str, as_csv: bool = False) -> int:
             rows = cursor.fetchall() if header else []
     except duckdb.Error as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise _usage_error(f"SQL failed: {first_line}") from None
+        raise _usage_error(
+            f"SQL failed: {first_line}{'' if identified else _identity_hint(first_line)}"
+        ) from None
     if as_csv:
         _print_csv(header, rows)
     else:

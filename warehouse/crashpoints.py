@@ -17,6 +17,19 @@ The points sit at the step boundaries of a night:
 and one in a shard of a sharded night (:data:`SHARD_POINTS`, ``tests/test_shards.py``):
 
 - ``after_shard_batch``: a shard wrote a batch and its marker to the shard area
+
+and the steps of an erasure (:data:`FORGET_POINTS`, ``membersync forget``,
+:mod:`membersync.warehouse.forget`):
+
+- ``forget_after_register``: the erasure is in the register (pending), nothing else done
+- ``forget_after_scrub``: logs and state scrubbed, staging discarded, no identity file rewritten
+- ``forget_after_recommit``: a night's manifest names its rewritten files, the old ones not yet deleted
+- ``forget_after_rewrite``: every identity file rewritten, the catalogs not yet repointed
+- ``forget_after_reexport``: reports re-exported, the erasure not yet marked done
+
+and one of the migration to the layout with identity apart (:mod:`membersync.warehouse.migrate`):
+
+- ``migrate_after_night``: a night's manifest names its migrated files, its old files not yet deleted
 """
 
 from __future__ import annotations
@@ -36,6 +49,14 @@ POINTS = (
     "during_warehouse_build",
 )
 SHARD_POINTS = ("after_shard_batch",)  # a shard's, never reached by an unsharded night
+FORGET_POINTS = (
+    "forget_after_register",
+    "forget_after_scrub",
+    "forget_after_recommit",
+    "forget_after_rewrite",
+    "forget_after_reexport",
+)
+MIGRATE_POINTS = ("migrate_after_night",)
 _seen: dict[str, int] = {}
 
 

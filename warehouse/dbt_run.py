@@ -61,7 +61,10 @@ class Node:
     test_name: str  # a generic test's name (accepted_values, references, ...), "" otherwise
     check: str  # a singular test's meta.check: the name the build reports it by
     test_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    reads: tuple[str, ...] = ()  # the models (unique ids) a test reads
+    reads: tuple[str, ...] = ()  # the models (unique ids) a node reads
+    sources: tuple[str, ...] = ()  # the sources (unique ids) a node reads
+    tier: str = "analyst"  # meta.tier of a model: "identified" when it reads the identity
+    personal: bool = False  # meta.personal of a model: its part holds per-person rows (forget rewrites it)
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,9 @@ def _node(result: Any) -> Node:
         check=str(meta.get("check", "")),
         test_kwargs=dict(test_metadata.kwargs) if test_metadata else {},
         reads=tuple(u for u in getattr(node.depends_on, "nodes", ()) if u.startswith("model.")),
+        sources=tuple(u for u in getattr(node.depends_on, "nodes", ()) if u.startswith("source.")),
+        tier=str(meta.get("tier", "analyst")),
+        personal=bool(meta.get("personal", False)),
     )
 
 

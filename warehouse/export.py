@@ -82,6 +82,11 @@ class Report:
     total: TotalRow | None = None
     sheet: str = ""  # the workbook's sheet title (at most 31 characters, Excel's limit)
     where: str = ""  # the rows of the night when not per_night's (one ``?``: the night)
+    relation: str = ""  # the view it is read from (default reports.<name>)
+
+    @property
+    def source(self) -> str:
+        return self.relation or f"reports.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,13 @@ REPORTS: dict[str, Report] = {
             "WHEN 'canceled' THEN 4 WHEN 'expired' THEN 5 ELSE 6 END, status",
             sheet="Membership status daily",
         ),
-        Report("top_debtors", "storecode, balance DESC, client_number", sheet="Top debtors"),
+        # Managers get the identified tier's report: numbers and names (reports.top_debtors has keys).
+        Report(
+            "top_debtors",
+            "storecode, balance DESC, client_number",
+            sheet="Top debtors",
+            relation="identity.top_debtors",
+        ),
         Report(
             "balance_aging_by_store",
             "storecode",
@@ -219,27 +230,42 @@ def check_report_names(names: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def report_path(data_dir: DataDir, report: str, night: dt.date) -> Path:
-    return data_dir.reports / night.isoformat() / f"{report}_{night.isoformat()}.csv"
+def night_folder(data_dir: DataDir, night: dt.date, store: str | None = None) -> Path:
+    """``reports/<night>/``, or a store's own ``reports/<night>/stores/<storecode>/`` (the storecode
+    percent-encoded: it may hold spaces or a ``/``, and two storecodes never share a folder)."""
+    folder = data_dir.reports / night.isoformat()
+    return folder if store is None else folder / "stores" / store_folder_name(store)
 
 
-def workbook_path(data_dir: DataDir, night: dt.date) -> Path:
-    return data_dir.reports / night.isoformat() / f"reports_{night.isoformat()}.xlsx"
+def store_folder_name(store: str) -> str:
+    from urllib.parse import quote
+
+    return quote(store, safe="")
+
+
+def report_path(data_dir: DataDir, report: str, night: dt.date, store: str | None = None) -> Path:
+    return night_folder(data_dir, night, store) / f"{report}_{night.isoformat()}.csv"
+
+
+def workbook_path(data_dir: DataDir, night: dt.date, store: str | None = None) -> Path:
+    return night_folder(data_dir, night, store) / f"reports_{night.isoformat()}.xlsx"
 
 
 @contextlib.contextmanager
 def open_at_night(
-    data_dir: DataDir, night: dt.date | None
+    data_dir: DataDir, night: dt.date | None, tier: str = "identified"
 ) -> Iterator[tuple[duckdb.DuckDBPyConnection, dt.date]]:
-    """The warehouse opened read-only, and ``night`` checked against its nights (default: the
-    newest); an ExportError (one line) when there is no warehouse or no such night."""
-    if not data_dir.warehouse_db.is_file():
-        raise ExportError(f"no warehouse at {data_dir.warehouse_db}: run `membersync reports` first")
-    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+    """The warehouse's catalog of ``tier`` opened read-only (the reports managers get are the
+    identified tier's), and ``night`` checked against its nights (default: the newest); an
+    ExportError (one line) when there is no warehouse or no such night."""
+    path = data_dir.catalog(tier)
+    if not path.is_file():
+        raise ExportError(f"no warehouse at {path}: run `membersync reports` first")
+    with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
         con.execute("SET TimeZone = 'UTC'")
         nights = [r[0] for r in con.execute("SELECT snapshot_date FROM meta.nights ORDER BY 1").fetchall()]
         if not nights:
-            raise ExportError(f"the warehouse {data_dir.warehouse_db} holds no night")
+            raise ExportError(f"the warehouse {path} holds no night")
         night = night or nights[-1]
         if night not in nights:
             raise ExportError(
@@ -250,31 +276,48 @@ def open_at_night(
 
 
 def export_reports(
-    data_dir: DataDir, night: dt.date | None = None, reports: list[str] | None = None
+    data_dir: DataDir,
+    night: dt.date | None = None,
+    reports: list[str] | None = None,
+    store: str | None = None,
 ) -> list[Path]:
     """Write the CSVs and the workbook of ``night`` (default: the newest night of the warehouse);
-    return their paths, the workbook last."""
+    return their paths, the workbook last. With ``store``: that store's rows only, in its folder."""
     names = check_report_names(reports)
     with open_at_night(data_dir, night) as (con, night):
-        tables = [read_report(con, REPORTS[name], night) for name in names]
+        tables = [read_report(con, REPORTS[name], night, store) for name in names]
     written = []
     for table in tables:
-        path = report_path(data_dir, table.report.name, night)
+        path = report_path(data_dir, table.report.name, night, store)
         write_file_atomic(path, render_csv(table.header, table.rows))
         written.append(path)
-    path = workbook_path(data_dir, night)
-    write_file_atomic(path, render_workbook(tables, night))
+    path = workbook_path(data_dir, night, store)
+    write_file_atomic(path, render_workbook(tables, night, store))
     written.append(path)
     log.info("exported %d report(s) of %s to %s", len(tables), night.isoformat(), path.parent)
     return written
 
 
-def read_report(con: duckdb.DuckDBPyConnection, report: Report, night: dt.date) -> ReportTable:
-    """The report's header, column types and rows for the night, in export order, with its TOTAL row."""
+def night_stores(data_dir: DataDir, night: dt.date | None = None) -> list[str]:
+    """The storecodes of the night's store list (byte-exact), in byte order."""
+    with open_at_night(data_dir, night) as (con, night):
+        rows = con.execute(
+            "SELECT DISTINCT storecode FROM reports.store_scorecard WHERE snapshot_date = ?", [night]
+        ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def read_report(
+    con: duckdb.DuckDBPyConnection, report: Report, night: dt.date, store: str | None = None
+) -> ReportTable:
+    """The report's header, column types and rows for the night (one store's, with ``store``),
+    in export order, with its TOTAL row."""
     where = report.where or ("snapshot_date = ?" if report.per_night else "business_date <= ?")
-    cursor = con.execute(
-        f"SELECT * FROM reports.{report.name} WHERE {where} ORDER BY {report.order_by}", [night]
-    )
+    params: list[Any] = [night]
+    if store is not None:
+        where = f"({where}) AND storecode = ?"
+        params.append(store)
+    cursor = con.execute(f"SELECT * FROM {report.source} WHERE {where} ORDER BY {report.order_by}", params)
     description = cursor.description or []
     header = [d[0] for d in description]
     types = [str(d[1]) for d in description]

@@ -50,7 +50,8 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 from membersync.models.coerce import to_json
-from membersync.models.tables import BY_NAME, QUARANTINE_SCHEMA
+from membersync.models.privacy import land_batch, land_quarantine
+from membersync.models.tables import BY_NAME, LANDED_BY_NAME, QUARANTINE_SCHEMA, TYPED_QUARANTINE_SCHEMA
 from membersync.warehouse.atomic import (
     TMP_MARK,
     fsync_dir,
@@ -61,6 +62,7 @@ from membersync.warehouse.atomic import (
     write_chunks_atomic,
 )
 from membersync.warehouse.crashpoints import crashpoint
+from membersync.warehouse.identity import ClientKeys
 from membersync.warehouse.manifest import (
     Manifest,
     TableFiles,
@@ -78,6 +80,9 @@ COMPRESSION = "zstd"
 _BATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _NIGHT_DIR = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _RESERVED_TOP = frozenset({"_manifests", "_staging"})
+# What a run's staged batches hold: 2 = landed tables (keys, identity apart). A staging area of
+# another layout (an earlier version's, typed with client numbers) is discarded, never resumed.
+STAGING_LAYOUT = 2
 
 
 class LandingError(RuntimeError):
@@ -163,22 +168,24 @@ def _state_of(manifests: list[Manifest]) -> SyncState:
 class LandingZone:
     """The landing zone of one data dir. Mutations happen inside ``with zone.lock():``."""
 
-    def __init__(self, data_dir: DataDir) -> None:
+    def __init__(self, data_dir: DataDir, erasure_key_file: str | None = None) -> None:
         self.data_dir = data_dir
         self.store = store_for(data_dir)  # where published files and manifests live
+        self.erasure_key_file = erasure_key_file  # MEMBERSYNC_ERASURE_KEY_FILE (warehouse.identity)
         self._lock_fd: int | None = None
 
     # -- locking ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[LandingZone]:
-        """Hold ``DATA_DIR/.lock`` (flock, non-blocking); raise :class:`AlreadyRunning` at once."""
+    def lock(self, wait: bool = False) -> Iterator[LandingZone]:
+        """Hold ``DATA_DIR/.lock`` (flock); raise :class:`AlreadyRunning` at once when another
+        process holds it, or with ``wait``, wait until it is free."""
         self._ensure_root()
         path = self.data_dir.lock_file
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             os.fchmod(fd, FILE_MODE)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             holder = _read_pid(fd)
             os.close(fd)
@@ -238,7 +245,7 @@ class LandingZone:
         files = manifest.tables.get(table_name) if manifest else None
         if table_name == QUARANTINE_DIR and manifest is not None:
             files = manifest.quarantine
-        schema = QUARANTINE_SCHEMA if table_name == QUARANTINE_DIR else BY_NAME[table_name].schema
+        schema = QUARANTINE_SCHEMA if table_name == QUARANTINE_DIR else LANDED_BY_NAME[table_name].schema
         if not files or not files.files:
             return schema.empty_table()
         parts = [self.store.read_table(f, schema) for f in files.files]
@@ -261,25 +268,33 @@ class LandingZone:
         self.recover()
         folder = self.data_dir.staging / night.isoformat()
         run = _read_json(folder / "run.json")
-        if isinstance(run, dict) and run.get("mode") == mode and isinstance(run.get("run_id"), str):
+        if _resumable(run, mode):
             log.info("night %s: resuming run %s", night, run["run_id"])
-            return self._night(night, mode, run["run_id"], resumed=True)
+            return self._night(night, mode, run["run_id"], bytes.fromhex(run["salt"]), resumed=True)
         if folder.exists():
-            log.info("night %s: discarding an interrupted run of another mode (%s)", night, run)
+            log.info("night %s: discarding an interrupted run of another mode or layout", night)
             _remove(folder)
         run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+        salt = secrets.token_bytes(16)  # new clients' keys: random, the same in every batch of the run
         try:
             make_dirs(folder / "batches", self.data_dir.root)
-            body = {"run_id": run_id, "mode": mode, "night": night.isoformat()}
+            body = {
+                "run_id": run_id,
+                "mode": mode,
+                "night": night.isoformat(),
+                "layout": STAGING_LAYOUT,
+                "salt": salt.hex(),
+            }
             write_bytes_atomic(folder / "run.json", json.dumps(body).encode())
         except OSError as exc:
             raise LandingWriteError(f"cannot start night {night} in {folder}: {_describe(exc)}") from None
-        return self._night(night, mode, run_id, resumed=False)
+        return self._night(night, mode, run_id, salt, resumed=False)
 
-    def _night(self, night: dt.date, mode: str, run_id: str, *, resumed: bool) -> Night:
+    def _night(self, night: dt.date, mode: str, run_id: str, salt: bytes, *, resumed: bool) -> Night:
         """The night, knowing which commit of it (if any) its own commit will replace."""
         base = self.store.manifest_version(night)
-        return Night(self, night, mode, run_id, resumed=resumed, base=base, replaces=self.manifest(night))
+        replaces = self.manifest(night)
+        return Night(self, night, mode, run_id, resumed=resumed, base=base, replaces=replaces, salt=salt)
 
     def recover(self, full: bool = False) -> None:
         """Bring the zone back to "only committed files are published" after any crash.
@@ -457,6 +472,18 @@ def _discovery_json(clients: Iterable[Mapping[str, Any]], batch_size: int) -> It
     yield b'],"format":2}'
 
 
+def _resumable(run: Any, mode: str) -> bool:
+    """Whether a staged run.json is a run of ``mode`` this version can resume."""
+    if not isinstance(run, dict) or run.get("mode") != mode or not isinstance(run.get("run_id"), str):
+        return False
+    if run.get("layout") != STAGING_LAYOUT or not isinstance(run.get("salt"), str):
+        return False
+    try:
+        return len(bytes.fromhex(run["salt"])) >= 16
+    except ValueError:
+        return False
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -493,8 +520,11 @@ class Night:
         resumed: bool,
         base: str | None = None,
         replaces: Manifest | None = None,
+        salt: bytes | None = None,
     ) -> None:
         self.zone = zone
+        self.salt = salt or secrets.token_bytes(16)
+        self._keys: ClientKeys | None = None
         self.base = base  # the store's version of the manifest this run's commit may replace
         self.replaces = replaces
         self.night = night
@@ -507,6 +537,19 @@ class Night:
 
     def __repr__(self) -> str:
         return f"Night({self.night}, mode={self.mode}, run_id={self.run_id}, resumed={self.resumed})"
+
+    def expect_clients(self, numbers: Iterable[str]) -> None:
+        """The clients this run syncs (its discovery): a batch that only refers to one of them
+        leaves its identity to the batch that syncs it."""
+        self.keys.tonight.update(numbers)
+
+    @property
+    def keys(self) -> ClientKeys:
+        """The surrogate keys of the clients this run lands (loaded once, on first use)."""
+        if self._keys is None:
+            replacing = self.night if self.replaces is not None else None
+            self._keys = ClientKeys.load(self.zone, self.salt, replacing)
+        return self._keys
 
     # -- discovery ------------------------------------------------------------------------------
 
@@ -585,15 +628,20 @@ class Night:
     ) -> None:
         """Stage one batch atomically: all its tables (and quarantine) or none, then a done marker.
 
-        ``clients``, the batch's client numbers, are recorded in the marker as a digest, so a
-        resumed run reuses the batch only for exactly the same clients (:meth:`batch_fits`).
+        ``tables`` are typed (:data:`membersync.models.tables.TABLES`); what is written is what
+        lands (:func:`membersync.models.privacy.land_batch`: keys instead of client numbers,
+        personal fields in the identity tables only). ``clients``, the batch's client numbers,
+        are recorded in the marker as a digest, so a resumed run reuses the batch only for
+        exactly the same clients (:meth:`batch_fits`).
         """
         self._check_open("write_batch")
         if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id) or TMP_MARK in batch_id:
             raise ValueError(f"bad batch id {batch_id!r}: use letters, digits, '.', '_', '-' (max 128)")
-        typed = {name: _checked(name, table) for name, table in tables.items()}
+        typed = land_batch({name: _checked(name, table) for name, table in tables.items()}, self.keys)
         if quarantine is not None:
-            quarantine = _conform(quarantine, QUARANTINE_SCHEMA, "quarantine")
+            quarantine = land_quarantine(
+                _conform(quarantine, TYPED_QUARANTINE_SCHEMA, "quarantine"), self.keys
+            )
         marker = self.batches / f"{batch_id}.done"
         final = self.batches / batch_id
         tmp = tmp_name(final)
@@ -779,7 +827,7 @@ def _check_complete(night: dt.date, expected: int, markers: list[tuple[str, dict
 def _checked(name: str, table: pa.Table) -> pa.Table:
     declared = BY_NAME.get(name)
     if declared is None:
-        raise ValueError(f"unknown landed table {name!r}")
+        raise ValueError(f"unknown typed table {name!r}")
     return _conform(table, declared.schema, name)
 
 

@@ -19,6 +19,7 @@ Format (JSON)::
       "tables": {"clients": {"files": ["clients/snapshot_date=.../part-...parquet"], "rows": 1234}},
       "quarantine": {"files": [...], "rows": 0, "by_table": {"memberships": 0}},
       "stats": {...},                                    # the run summary (requests, retries, ...)
+      "layout": 2,                                       # what the files hold (see LAYOUT)
       "tenant": "spa-north"                              # only when the night ran as a named tenant
     }
 
@@ -34,6 +35,10 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = 1
+# What the night's files hold: 1, typed rows with client numbers and personal fields in every
+# table (before identity was kept apart); 2, surrogate keys, identity in its own tables
+# (models.tables.LANDED). warehouse.migrate brings a night of layout 1 to layout 2, once.
+LAYOUT = 2
 
 
 class ManifestError(ValueError):
@@ -59,6 +64,7 @@ class Manifest:
     quarantine_by_table: dict[str, int] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     tenant: str | None = None  # MEMBERSYNC_TENANT of the night (a tenants file's name), if any
+    layout: int = LAYOUT
 
     def to_json(self) -> str:
         body = {
@@ -76,6 +82,7 @@ class Manifest:
                 "by_table": dict(sorted(self.quarantine_by_table.items())),
             },
             "stats": self.stats,
+            "layout": self.layout,
         }
         if self.tenant is not None:
             body["tenant"] = self.tenant
@@ -100,6 +107,7 @@ class Manifest:
                 quarantine_by_table={k: int(v) for k, v in (quarantine.get("by_table") or {}).items()},
                 stats=raw.get("stats") or {},
                 tenant=str(raw["tenant"]) if raw.get("tenant") is not None else None,
+                layout=int(raw.get("layout", 1)),
             )
         except ManifestError:
             raise

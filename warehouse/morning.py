@@ -11,7 +11,8 @@ offline by vl-convert and inlined, the CSS is inline, there is no script. Respon
 scale to the screen's width and wide tables scroll sideways on a phone.
 
 The figures come from the warehouse's reports (``reports.store_scorecard`` and the reports it
-compares, ``reports.top_debtors``, ``reports.revenue_by_store_day``), opened read-only.
+compares, ``identity.top_debtors``, ``reports.revenue_by_store_day``), the identified catalog
+opened read-only (the morning report names the top debtors).
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ import duckdb
 from membersync.extract.settings import Settings
 from membersync.warehouse import freshness as fresh
 from membersync.warehouse.atomic import write_file_atomic
-from membersync.warehouse.export import REPORTS, ExportError, ReportTable, open_at_night, read_report
+from membersync.warehouse.export import (
+    REPORTS,
+    ExportError,
+    ReportTable,
+    night_folder,
+    open_at_night,
+    read_report,
+)
 from membersync.warehouse.manifest import read_manifest
 from membersync.warehouse.paths import DataDir
 
@@ -74,16 +82,21 @@ class MorningData:
     quality: list[str] = field(default_factory=list)
 
 
-def morning_report_path(data_dir: DataDir, night: dt.date) -> Path:
-    return data_dir.reports / night.isoformat() / f"morning_report_{night.isoformat()}.html"
+def morning_report_path(data_dir: DataDir, night: dt.date, store: str | None = None) -> Path:
+    return night_folder(data_dir, night, store) / f"morning_report_{night.isoformat()}.html"
 
 
 def write_morning_report(
-    data_dir: DataDir, night: dt.date | None = None, *, now: dt.datetime | None = None
+    data_dir: DataDir,
+    night: dt.date | None = None,
+    *,
+    now: dt.datetime | None = None,
+    store: str | None = None,
 ) -> Path:
-    """Write the night's morning report (default: the newest night of the warehouse); its path."""
-    data = read_morning_data(data_dir, night, now=now)
-    path = morning_report_path(data_dir, data.night)
+    """Write the night's morning report (default: the newest night of the warehouse; ``store``:
+    that store's own, in its folder); its path."""
+    data = read_morning_data(data_dir, night, now=now, store=store)
+    path = morning_report_path(data_dir, data.night, store)
     write_file_atomic(path, render_html(data).encode("utf-8"))
     log.info("morning report of %s written to %s", data.night.isoformat(), path)
     return path
@@ -95,18 +108,24 @@ def write_morning_report(
 
 
 def read_morning_data(
-    data_dir: DataDir, night: dt.date | None = None, *, now: dt.datetime | None = None
+    data_dir: DataDir,
+    night: dt.date | None = None,
+    *,
+    now: dt.datetime | None = None,
+    store: str | None = None,
 ) -> MorningData:
     with open_at_night(data_dir, night) as (con, night):
-        scorecard = read_report(con, REPORTS["store_scorecard"], night)
+        scorecard = read_report(con, REPORTS["store_scorecard"], night, store)
         names = {
             str(r[0]): str(r[1])
             for r in con.execute(
-                "SELECT storecode, store_name FROM reports.store_scorecard WHERE snapshot_date = ?", [night]
+                "SELECT storecode, store_name FROM reports.store_scorecard WHERE snapshot_date = ?"
+                + _OF_STORE,
+                [night, store, store],
             ).fetchall()
         }
-        charts = read_charts(con, night)
-        debtors = read_top_debtors(con, night)
+        charts = read_charts(con, night, store)
+        debtors = read_top_debtors(con, night, store)
     return MorningData(night, scorecard, charts, debtors, names, quality_lines(data_dir, night, now))
 
 
@@ -116,15 +135,22 @@ def _query(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> l
     return [dict(zip(header, row, strict=True)) for row in cursor.fetchall()]
 
 
-def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date) -> list[Chart]:
-    """One chart per trend over the last 90 nights (days, for revenue) ending with ``night``."""
+# Every query of the morning report takes the store last: NULL for the chain, a storecode for its own.
+_OF_STORE = " AND (CAST(? AS VARCHAR) IS NULL OR storecode = ?)"
+
+
+def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | None = None) -> list[Chart]:
+    """One chart per trend over the last 90 nights (days, for revenue) ending with ``night``
+    (``store``: that store's only)."""
     first = night - dt.timedelta(days=TREND_NIGHTS - 1)
-    window = [first, night]
+    window = [first, night, store, store]
     aging = _query(
         con,
         "SELECT snapshot_date, sum(owed_0_29) AS owed_0_29, sum(owed_30_59) AS owed_30_59, "
         "sum(owed_60_89) AS owed_60_89, sum(owed_90_plus) AS owed_90_plus "
-        "FROM reports.balance_aging_by_store WHERE snapshot_date BETWEEN ? AND ? GROUP BY 1 ORDER BY 1",
+        "FROM reports.balance_aging_by_store WHERE snapshot_date BETWEEN ? AND ?"
+        + _OF_STORE
+        + " GROUP BY 1 ORDER BY 1",
         window,
     )
     debt = [
@@ -135,7 +161,9 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date) -> list[Chart]:
     statuses = _query(
         con,
         "SELECT snapshot_date, storecode, store_name, active, frozen, frozen_rate "
-        "FROM reports.frozen_memberships_by_store WHERE snapshot_date BETWEEN ? AND ? ORDER BY 1, 2",
+        "FROM reports.frozen_memberships_by_store WHERE snapshot_date BETWEEN ? AND ?"
+        + _OF_STORE
+        + " ORDER BY 1, 2",
         window,
     )
     frozen_rate = [
@@ -152,7 +180,7 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date) -> list[Chart]:
         for r in _query(
             con,
             "SELECT snapshot_date, store_name, mrr FROM reports.mrr_by_store "
-            "WHERE snapshot_date BETWEEN ? AND ? AND store_name IS NOT NULL ORDER BY 1, 2",
+            "WHERE snapshot_date BETWEEN ? AND ? AND store_name IS NOT NULL" + _OF_STORE + " ORDER BY 1, 2",
             window,
         )
     ]
@@ -165,7 +193,7 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date) -> list[Chart]:
         for r in _query(
             con,
             "SELECT business_date, storecode, sum(amount) AS amount FROM reports.revenue_by_store_day "
-            "WHERE business_date BETWEEN ? AND ? GROUP BY 1, 2 ORDER BY 1, 2",
+            "WHERE business_date BETWEEN ? AND ?" + _OF_STORE + " GROUP BY 1, 2 ORDER BY 1, 2",
             window,
         )
     ]
@@ -180,13 +208,16 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date) -> list[Chart]:
     ]
 
 
-def read_top_debtors(con: duckdb.DuckDBPyConnection, night: dt.date) -> dict[str, list[dict[str, Any]]]:
+def read_top_debtors(
+    con: duckdb.DuckDBPyConnection, night: dt.date, store: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
     rows = _query(
         con,
         "SELECT storecode, client_number, client_name, balance, last_payment_date, active_memberships, "
-        "eft_on_file FROM reports.top_debtors WHERE snapshot_date = ? "
-        "ORDER BY storecode, balance DESC, client_number",
-        [night],
+        "eft_on_file FROM identity.top_debtors WHERE snapshot_date = ?"
+        + _OF_STORE
+        + " ORDER BY storecode, balance DESC, client_number",
+        [night, store, store],
     )
     out: dict[str, list[dict[str, Any]]] = {}
     for row in rows:

@@ -7,7 +7,8 @@
       landing/_manifests/YYYY-MM-DD.json                         a night's commit
       landing/_staging/YYYY-MM-DD/...                            a night being written
       state/state.json                                           watermark, committed nights
-      warehouse.duckdb                                           the warehouse (swapped whole)
+      warehouse.duckdb                                           the analyst tier's catalog (no identity)
+      identified.duckdb                                          the identified tier's catalog
       reports/YYYY-MM-DD/<report>_YYYY-MM-DD.csv                 the morning's CSVs
       logs/                                                      run logs
       .lock                                                      one sync at a time
@@ -91,7 +92,16 @@ class DataDir:
 
     @property
     def warehouse_db(self) -> Path:
+        """The analyst tier's catalog: no personal data, no view over the identity files."""
         return self.root / "warehouse.duckdb"
+
+    @property
+    def identified_db(self) -> Path:
+        """The identified tier's catalog: every model, the identity ones included."""
+        return self.root / "identified.duckdb"
+
+    def catalog(self, tier: str) -> Path:
+        return self.identified_db if tier == "identified" else self.warehouse_db
 
     @property
     def reports(self) -> Path:

@@ -78,6 +78,16 @@ class Store(Protocol):
 
     def read_table(self, relative: str, schema: pa.Schema) -> pa.Table: ...
 
+    def read_doc(self, relative: str) -> tuple[bytes | None, str | None]: ...
+
+    def write_doc(self, relative: str, data: bytes, base: str | None) -> str | None: ...
+
+    def erase(self, relative_to_root: Iterable[str]) -> int: ...
+
+    def listing(self, prefix: str) -> list[str]: ...
+
+    def remove_manifest(self, night: dt.date) -> None: ...
+
 
 def store_for(data_dir: DataDir) -> Store:
     """The store of a data dir: local unless its location is ``s3://``."""
@@ -113,6 +123,41 @@ class LocalStore:
 
     def read_table(self, relative: str, schema: pa.Schema) -> pa.Table:
         return pq.read_table(self.data_dir.landing / relative, schema=schema)
+
+    def read_doc(self, relative: str) -> tuple[bytes | None, str | None]:
+        """A small document of the data location (the erasure register), and its version."""
+        try:
+            return (self.data_dir.root / relative).read_bytes(), None
+        except FileNotFoundError:
+            return None, None
+
+    def write_doc(self, relative: str, data: bytes, base: str | None) -> str | None:
+        path = self.data_dir.root / relative
+        make_dirs(path.parent, self.data_dir.root)
+        write_bytes_atomic(path, data)
+        return None
+
+    def remove_manifest(self, night: dt.date) -> None:
+        """Un-commit a night (retention removes it): its manifest goes, atomically."""
+        manifest_path(self.data_dir.manifests, night).unlink(missing_ok=True)
+
+    def listing(self, prefix: str) -> list[str]:
+        """Every file under ``prefix`` (relative to the root), as paths relative to the root."""
+        folder = self.data_dir.root / prefix
+        if not folder.is_dir():
+            return []
+        return sorted(p.relative_to(self.data_dir.root).as_posix() for p in folder.rglob("*") if p.is_file())
+
+    def erase(self, relative_to_root: Iterable[str]) -> int:
+        """Delete files of the data dir for good (the local copies are the only ones)."""
+        removed = 0
+        for relative in relative_to_root:
+            try:
+                (self.data_dir.root / relative).unlink()
+                removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
 
 
 def s3_filesystem() -> Any:
@@ -250,6 +295,101 @@ class ObjectStore:
         # The commit is in the bucket; keep the local mirror in step (readers of this machine).
         write_file_atomic(manifest_path(self.data_dir.manifests, manifest.snapshot_date), body)
 
+    def read_doc(self, relative: str) -> tuple[bytes | None, str | None]:
+        """A small document of the data location (the erasure register), and its ETag."""
+        name = self.key(relative)
+        try:
+            info = self.fs.info(name)
+            return self.fs.cat_file(name), str(info.get("ETag") or info.get("etag") or "") or None
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            raise StoreError(f"cannot read s3://{name}: {_describe(exc)}") from None
+
+    def write_doc(self, relative: str, data: bytes, base: str | None) -> str | None:
+        """Put a document only if it is still ``base`` (None: still absent), like a manifest."""
+        name = self.key(relative)
+        condition = {"IfNoneMatch": "*"} if base is None else {"IfMatch": base}
+        try:
+            self.fs.pipe_file(name, data, **condition)
+        except OSError as exc:
+            raise CommitConflict(
+                f"s3://{name} changed while this command wrote it ({_describe(exc)}); run it again"
+            ) from None
+        _, version = self.read_doc(relative)
+        return version
+
+    def erase(self, relative_to_root: Iterable[str]) -> int:
+        """Delete objects for good: every version of each, where the bucket keeps versions
+        (a versioned bucket's plain delete only hides the object behind a delete marker)."""
+        keys = [self.key(r) for r in relative_to_root]
+        removed = 0
+        for name in keys:
+            bucket, _, key = name.partition("/")
+            try:
+                versions = self._versions(bucket, key)
+                for version in versions:
+                    self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=version)
+                removed += bool(versions)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StoreError(f"cannot delete s3://{name}: {_describe(exc)}") from None
+        return removed
+
+    def remove_manifest(self, night: dt.date) -> None:
+        """Un-commit a night (retention removes it): its manifest object goes (every version),
+        then the mirror's copy."""
+        self.erase([f"landing/_manifests/{night.isoformat()}.json"])
+        manifest_path(self.data_dir.manifests, night).unlink(missing_ok=True)
+
+    def listing(self, prefix: str) -> list[str]:
+        """Every object under ``prefix`` that has any version (a deleted one whose older versions
+        a versioned bucket keeps included), as paths relative to the root."""
+        bucket, _, key = self.key(prefix).partition("/")
+        base = self.base.partition("/")[2]
+        found: set[str] = set()
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key.rstrip("/") + "/"}
+        while True:
+            try:
+                page = self.fs.call_s3("list_object_versions", **kwargs)
+            except OSError as exc:
+                raise StoreError(f"cannot list s3://{bucket}/{key}: {_describe(exc)}") from None
+            for item in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                name = str(item.get("Key", ""))
+                found.add(name.removeprefix(f"{base}/") if base else name)
+            if not page.get("IsTruncated"):
+                return sorted(found)
+            kwargs["KeyMarker"] = page.get("NextKeyMarker")
+            kwargs["VersionIdMarker"] = page.get("NextVersionIdMarker")
+
+    def purge_old_versions(self, relative_to_root: Iterable[str]) -> int:
+        """Delete every version of each object but the newest (a rewritten report's old content)."""
+        removed = 0
+        for relative in relative_to_root:
+            bucket, _, key = self.key(relative).partition("/")
+            page = self.fs.call_s3("list_object_versions", Bucket=bucket, Prefix=key)
+            for item in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                if item.get("Key") == key and not item.get("IsLatest") and item.get("VersionId"):
+                    self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=item["VersionId"])
+                    removed += 1
+        return removed
+
+    def _versions(self, bucket: str, key: str) -> list[str]:
+        """Every version id of one object, delete markers included ("null": written while the
+        bucket kept no versions); [] when there is no such object."""
+        out: list[str] = []
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
+        while True:
+            page = self.fs.call_s3("list_object_versions", **kwargs)
+            for item in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                if item.get("Key") == key and item.get("VersionId"):
+                    out.append(item["VersionId"])
+            if not page.get("IsTruncated"):
+                return out
+            kwargs["KeyMarker"] = page.get("NextKeyMarker")
+            kwargs["VersionIdMarker"] = page.get("NextVersionIdMarker")
+
     def retire(self, files: Iterable[str]) -> None:
         """Delete the parts of the manifest a commit replaced (never a file of another run)."""
         keys = [self.key(f"landing/{f}") for f in files]
@@ -306,7 +446,11 @@ def refresh_mirror(data_dir: DataDir) -> list[Manifest]:
 
 def publish_reports(data_dir: DataDir, paths: Sequence[Path]) -> list[str]:
     """Upload report files written under the working dir's ``reports/`` to the bucket (same
-    relative names); return their URLs. A local data dir: nothing to do, the paths as given."""
+    relative names); return their URLs. A local data dir: nothing to do, the paths as given.
+
+    A report written again replaces its object, and where the bucket keeps versions the older
+    ones are deleted: a report names clients, and one forgotten since must not stay readable in
+    an old version."""
     if data_dir.remote is None:
         return [str(p) for p in paths]
     store = ObjectStore(data_dir)
@@ -315,6 +459,7 @@ def publish_reports(data_dir: DataDir, paths: Sequence[Path]) -> list[str]:
         relative = path.relative_to(data_dir.root).as_posix()
         try:
             store.fs.put_file(str(path), store.key(relative))
+            store.purge_old_versions([relative])
         except OSError as exc:
             raise StoreError(f"cannot upload {relative} to {store.url}: {_describe(exc)}") from None
         out.append(f"{store.url}/{relative}")

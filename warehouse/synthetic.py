@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from membersync.models.tables import QUARANTINE_SCHEMA, TABLES
-from membersync.models.tables import table as landed_table
+from membersync.models.tables import TABLES, TYPED_QUARANTINE_SCHEMA
+from membersync.models.tables import table as typed_table
 from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
 
@@ -283,7 +283,7 @@ def write_night(
     Written by the real landing zone (:class:`~membersync.warehouse.landing.LandingZone`):
     ``parts`` batches, each table's rows split over them in order, then the commit. Every
     declared table is in the manifest (empty ones with no file and 0 rows). ``quarantine`` rows
-    follow ``QUARANTINE_SCHEMA`` (table_name, client_number, reason, raw). Unknown tables or
+    follow ``TYPED_QUARANTINE_SCHEMA`` (table_name, client_number, reason, raw). Unknown tables or
     columns are an error.
     """
     from membersync.warehouse.landing import LandingZone
@@ -296,10 +296,11 @@ def write_night(
     zone = LandingZone(data_dir)
     with zone.lock():
         open_night = zone.open_night(night, mode)
+        open_night.expect_clients(r["client_number"] for r in rows.get("synced_clients", ()))
         for index in range(parts):
             tables = {name: _arrow_rows(name, chunk[index]) for name, chunk in chunks.items()}
             bad = (
-                pa.Table.from_pylist([dict(r) for r in quarantine], schema=QUARANTINE_SCHEMA)
+                pa.Table.from_pylist([dict(r) for r in quarantine], schema=TYPED_QUARANTINE_SCHEMA)
                 if index == 0
                 else None
             )
@@ -308,8 +309,9 @@ def write_night(
 
 
 def _arrow_rows(table_name: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Rows as an Arrow table of the landed table's schema (unknown keys are an error)."""
-    schema = landed_table(table_name).schema
+    """Rows as an Arrow table of the typed table's schema (unknown keys are an error); the
+    landing zone lands them (keys for client numbers, identity apart)."""
+    schema = typed_table(table_name).schema
     for row in rows:
         unknown = set(row) - set(schema.names)
         if unknown:

@@ -115,8 +115,9 @@ class _Formats:
         return self.made[key]
 
 
-def render_workbook(tables: Sequence[ReportTable], night: dt.date) -> bytes:
-    """The workbook's bytes: one sheet per report table, in the order given."""
+def render_workbook(tables: Sequence[ReportTable], night: dt.date, store: str | None = None) -> bytes:
+    """The workbook's bytes: one sheet per report table, in the order given (``store``: a store's
+    own workbook, named in its title)."""
     buffer = io.BytesIO()
     options = {
         "in_memory": True,
@@ -128,7 +129,10 @@ def render_workbook(tables: Sequence[ReportTable], night: dt.date) -> bytes:
     }
     workbook = xlsxwriter.Workbook(buffer, options)
     workbook.set_properties(
-        {"title": f"Reports {night.isoformat()}", "created": dt.datetime.combine(night, dt.time())}
+        {
+            "title": f"Reports {night.isoformat()}" + (f" {store.rstrip()}" if store else ""),
+            "created": dt.datetime.combine(night, dt.time()),
+        }
     )
     formats = _Formats(workbook)
     for table in tables:

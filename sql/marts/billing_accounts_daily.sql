@@ -12,7 +12,7 @@ accounts_tonight as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         billing_account_id,
         membership_id,
         type,
@@ -38,7 +38,7 @@ final as (
 
     select
         snapshots.as_of_date,
-        accounts.client_number,
+        accounts.client_key,
         accounts.billing_account_id,
         accounts.membership_id,
         accounts.type,
@@ -48,7 +48,7 @@ final as (
         accounts.exp_year,
         snapshots.snapshot_date
     from snapshots
-    inner join accounts using (client_number, snapshot_date)
+    inner join accounts using (client_key, snapshot_date)
 
 )
 

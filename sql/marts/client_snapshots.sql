@@ -13,7 +13,7 @@ with nights_built as (
 
 synced_tonight as (
 
-    select client_number, snapshot_date from {{ ref('stg_synced_clients') }}
+    select client_key, snapshot_date from {{ ref('stg_synced_clients') }}
 
 ),
 
@@ -21,17 +21,17 @@ synced_tonight as (
 synced_before as (
 
     -- each client's snapshot as of the newest night already built
-    select client_number, snapshot_date from {{ source('prior', 'client_snapshots') }}
+    select client_key, snapshot_date from {{ source('prior', 'client_snapshots') }}
 
 ),
 {% endif %}
 
 syncs as (
 
-    select client_number, snapshot_date from synced_tonight
+    select client_key, snapshot_date from synced_tonight
     {% if incremental_build() %}
     union all
-    select client_number, snapshot_date from synced_before
+    select client_key, snapshot_date from synced_before
     {% endif %}
 
 ),
@@ -39,9 +39,9 @@ syncs as (
 sync_spans as (
 
     select
-        client_number,
+        client_key,
         snapshot_date,
-        lead(snapshot_date) over (partition by client_number order by snapshot_date) as next_snapshot_date
+        lead(snapshot_date) over (partition by client_key order by snapshot_date) as next_snapshot_date
     from syncs
 
 ),
@@ -50,7 +50,7 @@ final as (
 
     select
         nights_built.snapshot_date as as_of_date,
-        sync_spans.client_number,
+        sync_spans.client_key,
         sync_spans.snapshot_date
     from nights_built
     inner join sync_spans

@@ -1,4 +1,5 @@
 -- A client's details as of each night: the rows of the client's snapshot (marts.client_snapshots).
+-- No personal field: those are in the identified tier only (identity.clients).
 -- Incremental: a snapshot is either a night being built (staging) or an older one, whose rows the
 -- previous night's partition of this mart already holds (source prior).
 
@@ -12,19 +13,9 @@ details_tonight as (
 
     select
         snapshot_date,
-        client_number,
-        trim(concat_ws(' ', first_name, last_name)) as client_name,
-        first_name,
-        last_name,
-        email,
-        phone,
-        birth_date,
-        gender,
-        city,
-        state,
-        postal_code,
+        client_key,
         home_store,
-        referred_by,
+        referred_by_key,
         skin_type,
         created_date,
         last_modified
@@ -46,25 +37,15 @@ final as (
 
     select
         snapshots.as_of_date,
-        details.client_number,
-        details.client_name,
-        details.first_name,
-        details.last_name,
-        details.email,
-        details.phone,
-        details.birth_date,
-        details.gender,
-        details.city,
-        details.state,
-        details.postal_code,
+        details.client_key,
         details.home_store,
-        details.referred_by,
+        details.referred_by_key,
         details.skin_type,
         details.created_date,
         details.last_modified,
         snapshots.snapshot_date
     from snapshots
-    inner join details using (client_number, snapshot_date)
+    inner join details using (client_key, snapshot_date)
 
 )
 

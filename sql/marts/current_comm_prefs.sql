@@ -4,7 +4,7 @@
 
 with newest_snapshots as (
 
-    select client_number, snapshot_date
+    select client_key, snapshot_date
     from {{ ref('client_snapshots') }}
     where as_of_date = (select max(snapshot_date) from {{ source('meta', 'nights') }})
 
@@ -30,7 +30,7 @@ final as (
 
     select candidate_rows.*
     from newest_snapshots
-    inner join candidate_rows using (client_number, snapshot_date)
+    inner join candidate_rows using (client_key, snapshot_date)
 
 )
 

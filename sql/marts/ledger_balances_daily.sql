@@ -10,7 +10,7 @@ with snapshots as (
 
 ledgers_tonight as (
 
-    select snapshot_date, client_number, storecode, balance, as_of
+    select snapshot_date, client_key, storecode, balance, as_of
     from {{ ref('stg_ledger_balances') }}
 
 ),
@@ -29,13 +29,13 @@ final as (
 
     select
         snapshots.as_of_date,
-        ledgers.client_number,
+        ledgers.client_key,
         ledgers.storecode,
         ledgers.balance,
         ledgers.as_of,
         snapshots.snapshot_date
     from snapshots
-    inner join ledgers using (client_number, snapshot_date)
+    inner join ledgers using (client_key, snapshot_date)
 
 )
 

@@ -11,7 +11,7 @@ memberships_tonight as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         membership_id,
         membership_type_id,
         name,
@@ -46,7 +46,7 @@ final as (
 
     select
         snapshots.as_of_date,
-        memberships.client_number,
+        memberships.client_key,
         memberships.membership_id,
         memberships.membership_type_id,
         memberships.name,
@@ -65,7 +65,7 @@ final as (
         memberships.last_modified,
         snapshots.snapshot_date
     from snapshots
-    inner join memberships using (client_number, snapshot_date)
+    inner join memberships using (client_key, snapshot_date)
 
 )
 

@@ -9,7 +9,7 @@ with snapshots as (
 
 points_tonight as (
 
-    select snapshot_date, client_number, storecode, points
+    select snapshot_date, client_key, storecode, points
     from {{ ref('stg_points_balances') }}
 
 ),
@@ -28,12 +28,12 @@ final as (
 
     select
         snapshots.as_of_date,
-        points.client_number,
+        points.client_key,
         points.storecode,
         points.points,
         snapshots.snapshot_date
     from snapshots
-    inner join points using (client_number, snapshot_date)
+    inner join points using (client_key, snapshot_date)
 
 )
 

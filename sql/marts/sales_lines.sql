@@ -79,7 +79,7 @@ final as (
         transactions.transaction_date,
         transactions.status as transaction_status,
         coalesce(transactions.is_voided, false) as is_voided,
-        lines.client_number,
+        lines.client_key,
         lines.type,
         lines.type_raw,
         lines.product_number,

@@ -1,78 +1,22 @@
 -- Amount owed per store and night, by the age of each client's debt at the store: the days since
 -- the client's balance at the store was last <= 0 on a committed night (no ledger row at the
--- store that night counts as 0). When the balance was > 0 on every night the warehouse holds (the
+-- store that night counts as 0). When the balance was > 0 on every night the warehouse held (the
 -- first nights of its history), the debt is aged as if the balance had been <= 0 the day before
 -- the first night: a lower bound, so a debt older than our history shows in 30-59 only from the
 -- 30th night on, in 90+ only from the 90th. Buckets: 0-29, 30-59, 60-89, 90+ days.
--- A view over the whole history (a debt's age needs every night before it).
-{{ config(materialized='scratch_view') }}
+-- Stored per night (marts.debts_daily dates each debt as the nights are built), so a night's
+-- aging stays as it was when retention later removes older nights.
 
-with nights as (
-
-    select snapshot_date, row_number() over (order by snapshot_date) as night_index
-    from {{ ref('nights') }}
-
-),
-
-first_night as (
-
-    select min(snapshot_date) as snapshot_date from nights
-
-),
-
-stores as (
+with stores as (
 
     select * from {{ ref('stg_stores') }}
 
 ),
 
-owing as (
-
-    select
-        ledgers.as_of_date as snapshot_date,
-        ledgers.client_number,
-        ledgers.storecode,
-        ledgers.balance,
-        nights.night_index
-    from {{ ref('ledger_balances_daily') }} as ledgers
-    inner join nights on nights.snapshot_date = ledgers.as_of_date
-    where ledgers.balance > 0
-
-),
-
-runs as (
-
-    -- consecutive nights with a positive balance share a run
-    select
-        *,
-        night_index - row_number() over (
-            partition by client_number, storecode order by night_index
-        ) as run_id
-    from owing
-
-),
-
-run_starts as (
-
-    select
-        *,
-        min(night_index) over (partition by client_number, storecode, run_id) as run_start_index
-    from runs
-
-),
-
 aged as (
 
-    select
-        run_starts.snapshot_date,
-        run_starts.storecode,
-        run_starts.client_number,
-        run_starts.balance,
-        run_starts.snapshot_date - coalesce(
-            settled.snapshot_date, (select snapshot_date from first_night) - 1
-        ) as age_days
-    from run_starts
-    left join nights as settled on settled.night_index = run_starts.run_start_index - 1
+    select as_of_date as snapshot_date, storecode, client_key, balance, as_of_date - debt_since as age_days
+    from {{ ref('debts_daily') }}
 
 ),
 

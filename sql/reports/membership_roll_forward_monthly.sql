@@ -1,33 +1,40 @@
 -- membership_roll_forward by calendar month: the opening of the month's first night, the
 -- movements of all its nights, the closing of its last night (the current month: up to the
 -- newest night). Consecutive nights chain, so closing = opening + new + reactivated - frozen
--- - canceled - expired holds for the month too. A view: always the whole history.
+-- - canceled - expired holds for the month too. A view over reports.membership_roll_forward_mtd:
+-- each month's newest night, whose month-to-date figures stay when retention thins the month.
 {{ config(materialized='scratch_view') }}
 
-with daily as (
+with month_to_date as (
 
-    select * from {{ ref('membership_roll_forward') }}
+    select * from {{ ref('membership_roll_forward_mtd') }}
+
+),
+
+newest as (
+
+    select * from month_to_date
+    qualify row_number() over (partition by month, storecode order by as_of_date desc) = 1
 
 ),
 
 final as (
 
     select
-        cast(date_trunc('month', snapshot_date) as date) as month,
+        month,
         storecode,
-        max(snapshot_date) as snapshot_date,
-        arg_max(store_name, snapshot_date) as store_name,
-        min(snapshot_date) as first_night,
-        count(*) as nights,
-        arg_min(opening_active, snapshot_date) as opening_active,
-        cast(sum(new) as bigint) as new,
-        cast(sum(reactivated) as bigint) as reactivated,
-        cast(sum(frozen) as bigint) as frozen,
-        cast(sum(canceled) as bigint) as canceled,
-        cast(sum(expired) as bigint) as expired,
-        arg_max(closing_active, snapshot_date) as closing_active
-    from daily
-    group by all
+        as_of_date as snapshot_date,
+        store_name,
+        first_night,
+        nights,
+        opening_active,
+        new,
+        reactivated,
+        frozen,
+        canceled,
+        expired,
+        closing_active
+    from newest
 
 )
 

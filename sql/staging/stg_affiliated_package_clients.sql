@@ -11,7 +11,7 @@ deduplicated as (
     -- a key landed twice in one night (a resumed batch) keeps its last written row
     select * from landed
     qualify row_number() over (
-        partition by snapshot_date, membership_id, client_number
+        partition by snapshot_date, membership_id, client_key
         order by _file_index desc, _row desc
     ) = 1
 
@@ -22,9 +22,7 @@ final as (
     select
         snapshot_date,
         membership_id,
-        client_number,
-        first_name,
-        last_name,
+        client_key,
         shared_date,
         extra
     from deduplicated

@@ -21,7 +21,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         billing_account_id,
         membership_id,
         type,

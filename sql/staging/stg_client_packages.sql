@@ -11,7 +11,7 @@ deduplicated as (
     -- a key landed twice in one night (a resumed batch) keeps its last written row
     select * from landed
     qualify row_number() over (
-        partition by snapshot_date, client_number, client_package_id
+        partition by snapshot_date, client_key, client_package_id
         order by _file_index desc, _row desc
     ) = 1
 
@@ -21,7 +21,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         client_package_id,
         package_id,
         name,
@@ -30,7 +30,7 @@ final as (
         expiration_date,
         sessions_total,
         sessions_remaining,
-        shared_from_client_number,
+        shared_from_client_key,
         extra
     from deduplicated
 

@@ -11,7 +11,7 @@ deduplicated as (
     -- a key landed twice in one night (a resumed batch) keeps its last written row
     select * from landed
     qualify row_number() over (
-        partition by snapshot_date, client_number
+        partition by snapshot_date, client_key
         order by _file_index desc, _row desc
     ) = 1
 
@@ -21,19 +21,9 @@ final as (
 
     select
         snapshot_date,
-        client_number,
-        first_name,
-        last_name,
-        email,
-        phone,
-        birth_date,
-        gender,
-        address1,
-        city,
-        state,
-        postal_code,
+        client_key,
         home_store,
-        referred_by,
+        referred_by_key,
         skin_type,
         created_date,
         last_modified,

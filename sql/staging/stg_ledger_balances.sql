@@ -11,7 +11,7 @@ deduplicated as (
     -- a key landed twice in one night (a resumed batch) keeps its last written row
     select * from landed
     qualify row_number() over (
-        partition by snapshot_date, client_number, storecode
+        partition by snapshot_date, client_key, storecode
         order by _file_index desc, _row desc
     ) = 1
 
@@ -21,7 +21,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         storecode,
         balance,
         as_of,

@@ -22,7 +22,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         membership_id,
         membership_type_id,
         name,

@@ -21,7 +21,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         receipt_number,
         line_no,
         case upper(trim(type))

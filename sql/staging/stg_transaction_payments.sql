@@ -21,7 +21,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         receipt_number,
         payment_id,
         payment_type,

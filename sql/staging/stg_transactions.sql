@@ -21,7 +21,7 @@ final as (
 
     select
         snapshot_date,
-        client_number,
+        client_key,
         receipt_number,
         transaction_date,
         cast(transaction_date as date) as business_date,

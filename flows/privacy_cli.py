@@ -1,0 +1,212 @@
+"""``membersync forget``: erase people's identity from every layer (:mod:`membersync.warehouse.forget`).
+
+Exit codes like ``sync``: 0 done, 1 the work failed or another command holds the data dir
+(without ``--wait``), 2 bad input (no client number, an unreadable file, a bad setting).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from membersync.extract.settings import Settings, SettingsError, UsageError
+from membersync.warehouse.paths import DataDir
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from membersync.warehouse.forget import Outcome, Plan, Target
+    from membersync.warehouse.retention import RetentionOutcome
+
+log = logging.getLogger(__name__)
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+def client_numbers(numbers: list[str], from_file: Path | None) -> list[str]:
+    """The numbers given, then those of the file (one a line; blank lines and ``#`` comments
+    skipped), in order, without duplicates; a number is kept verbatim (leading zeros)."""
+    given = [n.strip() for n in numbers]
+    if from_file is not None:
+        try:
+            text = from_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"cannot read --from-file {from_file}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        given += [
+            line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+        ]
+    bad = [n for n in given if not n or any(c.isspace() for c in n)]
+    if bad:
+        raise UsageError(f"bad client number {bad[0]!r}: a client number has no blanks")
+    if not given:
+        raise UsageError("no client number given (pass them as arguments or with --from-file)")
+    return list(dict.fromkeys(given))
+
+
+def run_forget_cli(numbers: list[str], from_file: Path | None, reason: str, dry_run: bool, wait: bool) -> int:
+    from membersync.warehouse import forget as F
+    from membersync.warehouse.identity import ErasureKeyError
+    from membersync.warehouse.landing import AlreadyRunning, LandingZone
+    from membersync.warehouse.storage import StoreError, refresh_mirror
+    from membersync.warehouse.upkeep import upkeep
+
+    wanted = client_numbers(numbers, from_file)
+    try:
+        config = Settings.load()
+        data_dir = DataDir.from_settings(config)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
+    if data_dir.remote is None and not data_dir.root.is_dir():
+        raise UsageError(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
+    zone = LandingZone(data_dir, erasure_key_file=config.erasure_key_file)
+    try:
+        with zone.lock(wait=wait):
+            refresh_mirror(data_dir)
+            upkeep(zone)
+            key = F.register_key(zone, create=not dry_run) if not dry_run else _dry_key(zone)
+            targets = F.resolve(zone, wanted, key)
+            done = F.already_forgotten(zone, targets)
+            targets = [t for t in targets if t.hmac not in done]
+            if dry_run:
+                show_plan(targets, F.plan(zone, [t.key for t in targets], _values(zone, targets)), len(done))
+                return 0
+            if not targets:
+                out.print(f"{len(done)} client(s) already forgotten: nothing to do", soft_wrap=True)
+                return 0
+            erasure = F.start(zone, targets, reason)
+            outcome = F.finish(zone, erasure.id)
+    except AlreadyRunning as exc:
+        err.print(
+            f"[bold red]error:[/] {exc}; run `membersync forget` again after it, or with --wait",
+            soft_wrap=True,
+        )
+        return 1
+    except ErasureKeyError as exc:
+        raise UsageError(str(exc)) from None
+    except (StoreError, OSError) as exc:
+        err.print(f"[bold red]error:[/] forget failed: {exc}; run it again to finish", soft_wrap=True)
+        return 1
+    show_outcome(outcome, len(done))
+    return 0
+
+
+def _dry_key(zone: Any) -> bytes:
+    """A dry run's key: the register's if there is one (it recognises clients forgotten before),
+    else a throwaway one (nothing is written)."""
+    import secrets
+
+    from membersync.warehouse import forget as F
+    from membersync.warehouse.identity import ErasureKeyError
+
+    try:
+        return F.register_key(zone, create=False)
+    except ErasureKeyError:
+        return secrets.token_bytes(32)
+
+
+def _values(zone: Any, targets: list[Target]) -> list[str]:
+    from membersync.warehouse import forget as F
+
+    return F.identity_values(zone, [t.key for t in targets if t.held])
+
+
+def show_plan(targets: list[Target], plan: Plan, already: int) -> None:
+    held = sum(t.held for t in targets)
+    out.print(
+        f"dry run: {len(targets)} client(s) to forget, {held} held, {already} already forgotten; "
+        "nothing changed",
+        soft_wrap=True,
+    )
+    table = Table(title="would remove", title_justify="left")
+    for column in ("what", "count"):
+        table.add_column(column)
+    for name, rows in sorted(plan.rows().items()):
+        table.add_row(f"rows: {name}", f"{rows:,}")
+    files: dict[str, int] = {}
+    for _, name, _, _ in plan.files:
+        files[name] = files.get(name, 0) + 1
+    for name, count in sorted(files.items()):
+        table.add_row(f"files rewritten: {name}", f"{count:,}")
+    table.add_row("nights touched", ", ".join(plan.nights) or "-")
+    table.add_row("reports written again (nights)", ", ".join(plan.reports) or "-")
+    table.add_row("logs and state files scrubbed", f"{len(plan.texts):,}")
+    table.add_row("interrupted nights discarded", f"{len(plan.staging):,}")
+    out.print(table)
+
+
+def show_outcome(outcome: Outcome, already: int = 0) -> None:
+    table = Table(title=f"forgotten: erasure {outcome.erasure}", title_justify="left")
+    for column in ("what", "count"):
+        table.add_column(column)
+    table.add_row("clients", f"{outcome.clients:,} ({outcome.not_held} never held: suppressed from now on)")
+    if already:
+        table.add_row("already forgotten (nothing done)", f"{already:,}")
+    for name, rows in sorted(outcome.rows.items()):
+        table.add_row(f"rows removed: {name}", f"{rows:,}")
+    for name, count in sorted(outcome.files.items()):
+        table.add_row(f"files rewritten: {name}", f"{count:,}")
+    table.add_row("nights touched", ", ".join(outcome.nights) or "-")
+    table.add_row("reports written again (nights)", ", ".join(outcome.reports) or "-")
+    table.add_row("logs and state files scrubbed", f"{outcome.logs:,}")
+    table.add_row("interrupted nights discarded", f"{outcome.staging:,}")
+    out.print(table)
+
+
+def run_retention_cli(dry_run: bool, wait: bool) -> int:
+    """``membersync retention``: apply ``MEMBERSYNC_RETENTION`` now (or list what it would remove)."""
+    from membersync.warehouse.build import BuildError, build_warehouse
+    from membersync.warehouse.identity import ErasureKeyError
+    from membersync.warehouse.landing import AlreadyRunning, LandingZone
+    from membersync.warehouse.retention import apply_retention
+    from membersync.warehouse.storage import StoreError, refresh_mirror
+    from membersync.warehouse.upkeep import upkeep
+
+    try:
+        config = Settings.load()
+        data_dir = DataDir.from_settings(config)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
+    policy = config.retention
+    if policy is None or policy.keeps_everything:
+        out.print("MEMBERSYNC_RETENTION is not set: every night and every identity is kept", soft_wrap=True)
+        return 0
+    zone = LandingZone(data_dir, erasure_key_file=config.erasure_key_file)
+    try:
+        with zone.lock(wait=wait):
+            refresh_mirror(data_dir)
+            if not dry_run:
+                upkeep(zone)
+            if zone.manifests():
+                build_warehouse(data_dir)  # the identity horizon reads marts.client_activity
+            outcome = apply_retention(zone, policy, dry_run=dry_run)
+    except AlreadyRunning as exc:
+        err.print(f"[bold red]error:[/] {exc}; run it again after it, or with --wait", soft_wrap=True)
+        return 1
+    except ErasureKeyError as exc:
+        raise UsageError(str(exc)) from None
+    except (StoreError, BuildError, OSError) as exc:
+        err.print(f"[bold red]error:[/] retention failed: {exc}; run it again to finish", soft_wrap=True)
+        return 1
+    show_retention(outcome, dry_run)
+    return 0
+
+
+def show_retention(outcome: RetentionOutcome, dry_run: bool) -> None:
+    verb = "would remove" if dry_run else "removed"
+    out.print(
+        f"retention {outcome.policy}: {verb} {len(outcome.removed)} night(s), kept {outcome.kept}",
+        soft_wrap=True,
+    )
+    for night in outcome.removed:
+        out.print(f"  {night}", soft_wrap=True)
+    forgotten = "would forget" if dry_run else "forgot"
+    out.print(f"{forgotten} {outcome.forgotten} inactive client(s)", soft_wrap=True)
+    starts = outcome.starts
+    if starts:
+        out.print(
+            f"history starts {starts.get('history')}; every night from {starts.get('daily') or '-'}",
+            soft_wrap=True,
+        )

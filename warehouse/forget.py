@@ -1,0 +1,429 @@
+"""Forget a person everywhere: ``membersync forget CLIENT_NUMBER...``.
+
+A client's identity lives in the landed identity files only (``client_identity`` and
+``client_demographics``, see :mod:`membersync.models.privacy`); every other table holds their
+surrogate key. Forgetting a client therefore:
+
+1. records the erasure in the register (:mod:`membersync.warehouse.identity`), **pending**,
+   before anything else: from then on the client's identity never lands again (suppression);
+2. scrubs what holds their values as text (logs, the self-audit's files, interrupted nights'
+   staging areas and shard areas, which are discarded) and finds the nights whose exported
+   reports name them: both need the values, so both happen before the values are deleted;
+3. rewrites each committed night's identity files without the client's rows (new files, the
+   manifest re-committed with the same ``committed_at``, the old files deleted: on ``s3://``,
+   every version of them) and sweeps any identity file no manifest names;
+4. rewrites the warehouse's personal parts (``identity.clients``, ``marts.client_demographics``:
+   the only parts that hold per-person rows, by the build's rules) without them, points the
+   catalogs at the new files (nothing is rebuilt) and re-exports the reports that named the
+   client: the top-debtors list now shows "forgotten client" and the surrogate key;
+5. marks the erasure done, with what it did (rows and files per table, nights, reports).
+
+Every step is idempotent and keyed by the surrogate keys the register holds, so a process
+killed at any moment leaves the previous state or the finished one, readable either way, and
+any later ``forget`` (or ``sync``, ``reports``, ``retention``) completes a pending erasure first.
+Money, memberships, packages, points and transactions stay, under the key, linked to no one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import html
+import logging
+import re
+import secrets
+import shutil
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from membersync.models import tables as T
+from membersync.warehouse.atomic import write_bytes_atomic, write_parquet_atomic
+from membersync.warehouse.crashpoints import crashpoint
+from membersync.warehouse.identity import (
+    Erasure,
+    client_hmac,
+    identity_files,
+    key_file,
+    new_erasure_id,
+    read_key,
+    read_links,
+    read_register,
+    write_register,
+)
+from membersync.warehouse.manifest import Manifest, TableFiles
+
+log = logging.getLogger(__name__)
+
+FORGOTTEN = "[forgotten]"
+# Personal values scrubbed from text (logs, state) and looked for in reports: the ones that
+# identify on their own. Dates, cities, genders are too common in text to replace blindly.
+SCRUBBED_FIELDS = ("client_number", "first_name", "last_name", "email", "phone", "address1")
+_MIN_VALUE = 3  # a shorter value is not looked for (it would match everywhere)
+
+
+class ForgetError(RuntimeError):
+    """The erasure cannot go on; the message says why (the register keeps it pending)."""
+
+
+@dataclass
+class Outcome:
+    """What one erasure did (the register's ``result``, and what the command prints)."""
+
+    erasure: str
+    clients: int
+    not_held: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+    nights: list[str] = field(default_factory=list)
+    reports: list[str] = field(default_factory=list)
+    logs: int = 0
+    staging: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "clients": self.clients,
+            "not_held": self.not_held,
+            "rows": self.rows,
+            "files": self.files,
+            "nights": self.nights,
+            "reports": self.reports,
+            "logs_scrubbed": self.logs,
+            "staging_discarded": self.staging,
+            "finished_at": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
+        }
+
+
+# --- who ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A client to forget: their number (in memory only), key and the register's hash."""
+
+    number: str
+    key: str
+    hmac: str
+    held: bool  # linked in the identity files (False: never synced, or forgotten before)
+
+
+def resolve(zone: Any, numbers: Sequence[str], register_key: bytes) -> list[Target]:
+    """Each number's key: its link, else the register's (forgotten before), else a new random key
+    (a client never synced: suppressed from now on)."""
+    links = read_links(zone.store, zone.manifests())
+    linked = dict(zip(links["client_number"].to_pylist(), links["client_key"].to_pylist(), strict=True))
+    erased = read_register(zone.store).erased
+    out = []
+    for number in dict.fromkeys(numbers):
+        digest = client_hmac(register_key, number)
+        key = linked.get(number) or erased.get(digest) or f"k{secrets.token_hex(8)}"
+        out.append(Target(number, key, digest, number in linked))
+    return out
+
+
+def already_forgotten(zone: Any, targets: Sequence[Target]) -> set[str]:
+    """The register's hashes among ``targets``: clients an earlier erasure forgot (or is forgetting)."""
+    erased = read_register(zone.store).erased
+    return {t.hmac for t in targets if t.hmac in erased}
+
+
+# --- the plan (what a dry run lists) -----------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """Where the clients' identity is now: files (per night and table, with rows), reports that
+    name them, log and state files that hold their values."""
+
+    files: list[tuple[Manifest, str, str, int]]  # manifest, table, file, rows of these clients
+    reports: list[str]  # nights (ISO) whose report files name one of them
+    texts: list[Path]  # logs and state files holding one of their values
+    staging: list[Path]  # interrupted nights' staging areas and shard areas (discarded)
+
+    @property
+    def nights(self) -> list[str]:
+        return sorted({m.snapshot_date.isoformat() for m, *_ in self.files})
+
+    def rows(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for _, table, _, rows in self.files:
+            out[table] = out.get(table, 0) + rows
+        return out
+
+
+def plan(zone: Any, keys: Sequence[str], values: Sequence[str]) -> Plan:
+    data_dir = zone.data_dir
+    wanted = pa.array(sorted(set(keys)), pa.string())
+    files = []
+    for manifest, table, relative in identity_files(zone.manifests()):
+        found = zone.store.read_table(relative, T.landed(table).schema).select(["client_key"])
+        rows = int(pc.sum(pc.is_in(found["client_key"], value_set=wanted)).as_py() or 0)
+        if rows:
+            files.append((manifest, table, relative, rows))
+    pattern = value_pattern(values)
+    reports = [night.name for night in report_nights(data_dir) if pattern and mentions(night, pattern)]
+    texts = [p for p in text_files(data_dir) if pattern and file_mentions(p, pattern)]
+    return Plan(files, sorted(reports), texts, staging_areas(data_dir))
+
+
+def identity_values(zone: Any, keys: Sequence[str]) -> list[str]:
+    """Every value of ``SCRUBBED_FIELDS`` the identity files hold for these keys (all versions)."""
+    wanted = pa.array(sorted(set(keys)), pa.string())
+    values: set[str] = set()
+    for _, _, relative in identity_files(zone.manifests(), [T.CLIENT_IDENTITY.name]):
+        table = zone.store.read_table(relative, T.CLIENT_IDENTITY.schema)
+        mine = table.filter(pc.is_in(table["client_key"], value_set=wanted))
+        for column in SCRUBBED_FIELDS:
+            values.update(v for v in mine[column].to_pylist() if isinstance(v, str))
+    return sorted(v for v in values if len(v.strip()) >= _MIN_VALUE)
+
+
+def value_pattern(values: Iterable[str]) -> re.Pattern[str] | None:
+    """One regex for every value (and its HTML-escaped spelling), whole words only."""
+    spelled = {s for v in values for s in (v, html.escape(v, quote=True)) if len(v.strip()) >= _MIN_VALUE}
+    if not spelled:
+        return None
+    alternatives = "|".join(re.escape(s) for s in sorted(spelled, key=len, reverse=True))
+    return re.compile(rf"(?<![\w@.])(?:{alternatives})(?![\w@])")
+
+
+# --- text: reports, logs, state ------------------------------------------------------------------
+
+
+def report_nights(data_dir: Any) -> list[Path]:
+    folder = data_dir.reports
+    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def report_files(night: Path) -> list[Path]:
+    return sorted(p for p in night.rglob("*") if p.is_file())
+
+
+def readable_text(path: Path) -> str:
+    """A file's text as a reader would search it: an XLSX's XML parts unzipped."""
+    if path.suffix == ".xlsx":
+        with contextlib.suppress(zipfile.BadZipFile, OSError), zipfile.ZipFile(path) as book:
+            return "\n".join(book.read(n).decode("utf-8", "replace") for n in book.namelist())
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def mentions(night: Path, pattern: re.Pattern[str]) -> bool:
+    return any(file_mentions(p, pattern) for p in report_files(night))
+
+
+def file_mentions(path: Path, pattern: re.Pattern[str]) -> bool:
+    return pattern.search(readable_text(path)) is not None
+
+
+def text_files(data_dir: Any) -> list[Path]:
+    """Logs and the state files (the self-audit's queue and reports, the sync state)."""
+    roots = [data_dir.logs, data_dir.state_file.parent]
+    return sorted(p for root in roots if root.is_dir() for p in root.rglob("*") if p.is_file())
+
+
+def scrub_text(path: Path, pattern: re.Pattern[str]) -> bool:
+    """Replace every value in a text file (atomically); True when the file changed."""
+    text = readable_text(path)
+    cleaned = pattern.sub(FORGOTTEN, text)
+    if cleaned == text:
+        return False
+    write_bytes_atomic(path, cleaned.encode("utf-8"))
+    return True
+
+
+def staging_areas(data_dir: Any) -> list[Path]:
+    """Interrupted nights' staging areas and shard areas: they hold client numbers (discovery)."""
+    out: list[Path] = []
+    for folder in (data_dir.staging, data_dir.landing / "_shards"):
+        if folder.is_dir():
+            out.extend(p for p in folder.iterdir() if p.is_dir())
+    return sorted(out)
+
+
+# --- rewriting the identity files ----------------------------------------------------------------
+
+
+def rewrite_files(zone: Any, keys: Sequence[str], erasure_id: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Every committed identity file without the keys' rows; one re-commit per night touched.
+    Returns rows removed and files rewritten, per table."""
+    wanted = pa.array(sorted(set(keys)), pa.string())
+    rows: dict[str, int] = {}
+    files: dict[str, int] = {}
+    for manifest in zone.manifests():
+        changed = dict(manifest.tables)
+        retired: list[str] = []
+        for _, table, relative in identity_files([manifest]):
+            schema = T.landed(table).schema
+            data = zone.store.read_table(relative, schema)
+            keep = pc.invert(pc.is_in(data["client_key"], value_set=wanted))
+            kept = data.filter(keep)
+            if kept.num_rows == data.num_rows:
+                continue
+            rows[table] = rows.get(table, 0) + data.num_rows - kept.num_rows
+            files[table] = files.get(table, 0) + 1
+            replacement = publish_replacement(zone, relative, kept, erasure_id)
+            names = [f for f in changed[table].files if f != relative] + (
+                [replacement] if replacement else []
+            )
+            changed[table] = TableFiles(tuple(names), changed[table].rows - (data.num_rows - kept.num_rows))
+            retired.append(relative)
+        if retired:
+            recommit(zone, manifest, changed)
+            crashpoint("forget_after_recommit")
+            erase_landed(zone, retired)
+    return rows, files
+
+
+def publish_replacement(zone: Any, relative: str, kept: pa.Table, erasure_id: str) -> str | None:
+    """The kept rows as a new file beside the old one (None when no row is left)."""
+    if kept.num_rows == 0:
+        return None
+    old = Path(relative)
+    name = f"{old.stem}-e{erasure_id}.parquet"
+    new_relative = (old.parent / name).as_posix()
+    path = zone.data_dir.landing / new_relative
+    write_parquet_atomic(path, kept)
+    zone.store.publish(path)
+    return new_relative
+
+
+def recommit(zone: Any, manifest: Manifest, tables: dict[str, TableFiles]) -> None:
+    """The night's manifest naming the rewritten files; ``committed_at`` is kept (the night's
+    data did not change for the warehouse: its parts hold no personal data)."""
+    from dataclasses import replace
+
+    zone.store.commit_manifest(
+        replace(manifest, tables=tables), zone.store.manifest_version(manifest.snapshot_date)
+    )
+
+
+def erase_landed(zone: Any, relatives: Sequence[str]) -> None:
+    """Old identity files gone for good: the store's copies (every version) and the local one."""
+    zone.store.erase([f"landing/{r}" for r in relatives])
+    for relative in relatives:
+        (zone.data_dir.landing / relative).unlink(missing_ok=True)
+
+
+def sweep_identity_orphans(zone: Any) -> int:
+    """Identity files no manifest names (a crash between a re-commit and its deletes, a replaced
+    night's retired files, noncurrent versions): erased."""
+    named = {f"landing/{f}" for _, _, f in identity_files(zone.manifests())}
+    orphans: set[str] = set()
+    for table in T.IDENTITY_TABLES:
+        orphans |= set(zone.store.listing(f"landing/{table.name}")) - named
+        local = zone.data_dir.landing / table.name
+        if local.is_dir():
+            for path in local.rglob("*"):
+                relative = path.relative_to(zone.data_dir.root).as_posix()
+                if path.is_file() and relative not in named:
+                    path.unlink()
+    return zone.store.erase(sorted(orphans)) if orphans else 0
+
+
+# --- one erasure, start to end --------------------------------------------------------------------
+
+
+def start(zone: Any, targets: Sequence[Target], reason: str) -> Erasure:
+    """Record the erasure, pending (suppression holds from here on)."""
+    register = read_register(zone.store)
+    erasure = Erasure(
+        id=new_erasure_id(),
+        requested_at=f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
+        reason=reason,
+        clients=[{"hmac": t.hmac, "key": t.key} for t in targets],
+        plan={"not_held": sum(not t.held for t in targets)},
+    )
+    register.erasures.append(erasure)
+    write_register(zone.store, register)
+    crashpoint("forget_after_register")
+    return erasure
+
+
+def finish(zone: Any, erasure_id: str) -> Outcome:
+    """Carry one pending erasure to its end (idempotent; see the module's docstring)."""
+    from membersync.warehouse.build import forget_in_parts
+    from membersync.warehouse.reports import reexport
+
+    register = read_register(zone.store)
+    erasure = next(e for e in register.erasures if e.id == erasure_id)
+    keys = erasure.keys
+    if not erasure.plan.get("scrubbed"):
+        scrub(zone, erasure)
+        write_register(zone.store, register)
+        crashpoint("forget_after_scrub")
+    rows, files = rewrite_files(zone, keys, erasure.id)
+    if rows:  # a rerun after a crash finds fewer: what the earlier run removed is kept
+        erasure.result["rows"] = _merge(erasure.result.get("rows", {}), rows)
+        erasure.result["files"] = _merge(erasure.result.get("files", {}), files)
+        write_register(zone.store, register)
+    sweep_identity_orphans(zone)
+    crashpoint("forget_after_rewrite")
+    forget_in_parts(zone.data_dir, keys)  # the warehouse's personal parts, and the catalogs repointed
+    reports = reexport(zone.data_dir, erasure.plan.get("reports", []))
+    crashpoint("forget_after_reexport")
+    outcome = Outcome(
+        erasure.id,
+        len(keys),
+        int(erasure.plan.get("not_held", 0)),
+        rows=erasure.result.get("rows", {}),
+        files=erasure.result.get("files", {}),
+        nights=list(erasure.plan.get("nights", [])),
+        reports=reports,
+        logs=int(erasure.plan.get("logs", 0)),
+        staging=int(erasure.plan.get("staging", 0)),
+    )
+    erasure.status = "done"
+    erasure.result = outcome.as_dict()
+    write_register(zone.store, register)
+    return outcome
+
+
+def scrub(zone: Any, erasure: Erasure) -> None:
+    """What needs the clients' values, done while the identity files still hold them: text files
+    scrubbed, staging discarded, the nights whose reports name them found (kept in the plan)."""
+    values = identity_values(zone, erasure.keys)
+    found = plan(zone, erasure.keys, values)
+    pattern = value_pattern(values)
+    logs = sum(scrub_text(p, pattern) for p in found.texts) if pattern else 0
+    staging = discard(found.staging)
+    erasure.plan.update(
+        {"scrubbed": True, "reports": found.reports, "nights": found.nights, "logs": logs, "staging": staging}
+    )
+
+
+def finish_pending(zone: Any) -> list[Outcome]:
+    """Complete every erasure a crash left pending (the caller holds the lock)."""
+    return [finish(zone, e.id) for e in read_register(zone.store).pending]
+
+
+def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(a.keys() | b.keys())}
+
+
+def discard(areas: Sequence[Path]) -> int:
+    for area in areas:
+        shutil.rmtree(area, ignore_errors=True)
+    return len(areas)
+
+
+def register_key(zone: Any, *, create: bool) -> bytes:
+    return read_key(key_file(zone.data_dir, zone.erasure_key_file), create=create)
+
+
+__all__ = [
+    "ForgetError",
+    "Outcome",
+    "Plan",
+    "Target",
+    "finish",
+    "plan",
+    "resolve",
+    "start",
+]
