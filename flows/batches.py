@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -60,12 +61,31 @@ CREDENTIAL_TYPES: tuple[str, ...] = catalogue.CREDENTIAL_TYPES
 
 
 class BatchFailed(RuntimeError):
-    """Some clients of a batch could not be fetched; the message names them and why.
+    """Some clients of a batch could not be fetched; the message says which and why.
 
     The night must not silently lose a client, so a client whose fetch still fails after the
     client's own retries fails its batch (and so the night). Problems *in the data* are not
     failures: :mod:`membersync.models.coerce` quarantines the rows it cannot type.
+
+    The message never holds a client number (it reaches logs, notifications and Prefect's
+    database): a client is named by :meth:`naming`'s ``name_of`` (a night: the surrogate key),
+    else by its place in the batch.
     """
+
+    batch: Batch | None = None
+    failures: tuple[Failure, ...] = ()
+
+    @classmethod
+    def of(
+        cls, batch: Batch, failures: list[Failure], name_of: Callable[[str], str] | None = None
+    ) -> BatchFailed:
+        failed = cls(_failure_message(batch, failures, name_of))  # args: the message (it pickles)
+        failed.batch, failed.failures = batch, tuple(failures)
+        return failed
+
+    def naming(self, name_of: Callable[[str], str]) -> BatchFailed:
+        """The same failure, its clients named by ``name_of(number)``."""
+        return self if self.batch is None else BatchFailed.of(self.batch, list(self.failures), name_of)
 
 
 # --- what a step produces -----------------------------------------------------------------------
@@ -343,8 +363,9 @@ def client_numbers(batch: Batch) -> list[str]:
 
 @dataclass
 class Failure:
-    what: str  # "client 000417" or "membership M-12"
+    what: str  # "membership M-12"; a client's is named when the message is made
     error: str
+    client: str | None = None  # the client's number (never shown: see BatchFailed)
 
 
 def clients_to_ask_about_shares(
@@ -424,7 +445,7 @@ async def _fetch_both_rounds(
         client, [("affiliatedpackageclients", {"membershipId": mid}, mid) for mid in membership_ids], failures
     )
     if failures:
-        raise BatchFailed(_failure_message(batch, failures))
+        raise BatchFailed.of(batch, failures)
     return RawBatch(batch, answers, shares)
 
 
@@ -513,7 +534,7 @@ async def _fetch_client(
         for _, exc in errors:
             if not isinstance(exc, Exception):  # cancellation and the like are not a client's failure
                 raise exc
-        failures.append(Failure(f"client {number}", "; ".join(_describe(n, e) for n, e in errors)))
+        failures.append(Failure("client", "; ".join(_describe(n, e) for n, e in errors), number))
         return None
     return dict(zip(names, results, strict=True))
 
@@ -548,8 +569,18 @@ def _describe(endpoint: str, exc: BaseException) -> str:
     return str(exc) if isinstance(exc, ServiceError) else f"{endpoint}: {type(exc).__name__}: {exc}"
 
 
-def _failure_message(batch: Batch, failures: list[Failure]) -> str:
-    shown = "; ".join(f"{f.what}: {f.error}" for f in failures[:3])
+def _failure_message(batch: Batch, failures: Sequence[Failure], name_of: Callable[[str], str] | None) -> str:
+    numbers = client_numbers(batch)
+
+    def name(failure: Failure) -> tuple[str, str]:
+        if failure.client is None:
+            return failure.what, failure.error
+        label = name_of(failure.client) if name_of else f"#{numbers.index(failure.client) + 1} of the batch"
+        # a server's message may echo the number it was asked for
+        echoed = rf"(?<![0-9]){re.escape(failure.client)}(?![0-9])"
+        return f"client {label}", re.sub(echoed, label, failure.error)
+
+    shown = "; ".join(": ".join(name(f)) for f in failures[:3])
     more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
     return (
         f"batch {batch.id} ({len(batch.clients)} clients): {len(failures)} could not be fetched "

@@ -484,7 +484,12 @@ class NightRun:
         """Fetch, type and write one batch of clients; returns its client count."""
         batch = self.batches[batch_id]
         assert self.window is not None
-        raw = await B.fetch_batch_raw(self.client, batch, self.window, self.affiliated, self.progress.advance)
+        try:
+            raw = await B.fetch_batch_raw(
+                self.client, batch, self.window, self.affiliated, self.progress.advance
+            )
+        except B.BatchFailed as exc:  # named by key: the message reaches logs, notifications, Prefect
+            raise exc.naming(lambda number: self.night.keys.assign([number])[number]) from None
         # Typing and Parquet writing in a thread: the loop keeps the other batch's requests going.
         await asyncio.to_thread(self._type_and_write, raw)
         return len(batch.clients)

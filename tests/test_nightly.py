@@ -165,8 +165,11 @@ def test_a_client_that_cannot_be_fetched_fails_the_batch_naming_it(fresh_sandbox
     with pytest.raises(B.BatchFailed) as caught:
         asyncio.run(fetch())
     text = str(caught.value)
-    assert "batch 00000" in text and "client 99999999" in text and "404" in text
-    assert f"client {known}" not in text
+    # never a client number (the message reaches logs, notifications and Prefect): its place
+    assert "batch 00000" in text and "client #2 of the batch" in text and "404" in text
+    assert "99999999" not in text and known not in text
+    keyed = str(caught.value.naming(lambda number: f"k-of-{number[-2:]}"))
+    assert "client k-of-99" in keyed and "99999999" not in keyed
     named = [text.index(f"{name}: HTTP 404") for name in B.FANOUT_ENDPOINTS]
     assert named == sorted(named)  # every read that failed, in read order
 

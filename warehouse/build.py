@@ -44,6 +44,7 @@ from membersync.warehouse import catalog as cat
 from membersync.warehouse import dbt_run
 from membersync.warehouse.atomic import alive
 from membersync.warehouse.crashpoints import crashpoint
+from membersync.warehouse.landing import sweep_personal_files
 from membersync.warehouse.manifest import Manifest, read_manifests
 from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
 
@@ -91,7 +92,6 @@ class Model:
     grain: str
     key: tuple[str, ...]
     storage: str
-    personal: bool = False  # meta.personal: its part holds per-person rows (forget rewrites it)
 
 
 def load_models(sql_dir: Path | None = None) -> list[Model]:
@@ -111,7 +111,6 @@ def load_models(sql_dir: Path | None = None) -> list[Model]:
                 grain=str(meta.get("grain", "")),
                 key=tuple(meta.get("key") or ()),
                 storage=str(meta.get("storage", "")),
-                personal=bool(meta.get("personal", False)),
             )
         )
     return models
@@ -327,6 +326,8 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
             for tier, tmp in tmps.items():
                 _publish(tmp, data_dir.catalog(tier), nights)
             removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.published_parts]])
+            # a replaced run's identity files, now that the catalogs read the new run's
+            sweep_personal_files(data_dir)
         if removed:
             log.info("removed %d part(s) no catalog names any more", removed)
         log.info("build phases (s): %s", ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
@@ -485,9 +486,9 @@ PERSONAL_SOURCES = frozenset(f"source.membersync.landing.{t.name}" for t in LAND
 
 
 def _check_tiers(run: dbt_run.DbtRun) -> None:
-    """Where personal data may go: a model that reads the identity is of the identified tier; a
-    model that reads per-person data is a view, or a merged table marked personal (whose part
-    ``membersync forget`` rewrites): never a nightly or latest part."""
+    """Where personal data may go: a model that reads the identity is of the identified tier, and
+    a model that reads per-person data is a view, never a part (so forgetting a person rewrites
+    the landed identity files and nothing else)."""
     identified: set[str] = set()
     carrying: set[str] = set()  # models whose rows carry per-person data (dbt's order: readers after)
     for node in run.models():
@@ -498,17 +499,13 @@ def _check_tiers(run: dbt_run.DbtRun) -> None:
             )
         if node.tier == "identified":
             identified.add(node.unique_id)
-        if node.personal and node.storage != cat.MERGED:
-            raise BuildCheckError(
-                node.relation, "personal", "a personal model is stored merged (one part forget rewrites)"
-            )
-        if set(node.sources) & PERSONAL_SOURCES or set(node.reads) & carrying or node.personal:
-            if node.storage != cat.VIEW and not node.personal:
+        if set(node.sources) & PERSONAL_SOURCES or set(node.reads) & carrying:
+            if node.storage != cat.VIEW:
                 raise BuildCheckError(
                     node.relation,
                     "personal",
-                    "it reads per-person data: make it a view, or a merged model with meta.personal: true, "
-                    "so that forgetting a person rewrites its part",
+                    "it reads per-person data: make it a view (meta.storage: view), so that forgetting a "
+                    "person rewrites the landed identity files and nothing else",
                 )
             carrying.add(node.unique_id)
 
@@ -721,56 +718,6 @@ def repoint_catalogs(data_dir: DataDir) -> list[Path]:
     files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
     with _build_lock(data_dir):
         return _edit_catalogs(data_dir, lambda con, tier: _replace_landing_views(con, files, tier))
-
-
-def forget_in_parts(data_dir: DataDir, keys: Sequence[str]) -> int:
-    """Every part of a personal model (``meta.personal``) on disk, the previous catalog's too,
-    rewritten without the rows of ``keys``; the catalogs name the new parts and the landed files
-    named now; the old parts are deleted. Returns the rows removed."""
-    if not keys:
-        return 0
-    personal = {m.name for m in load_models() if m.personal}
-    files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
-    wanted = ", ".join(f"'{k}'" for k in sorted(set(keys)))
-    build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
-    removed = 0
-    replaced: dict[str, str] = {}
-    with _build_lock(data_dir), contextlib.closing(duckdb.connect()) as con:
-        for model in sorted(personal):
-            for path in sorted((cat.parts_dir(data_dir) / model).glob("*.parquet")):
-                scan = f"read_parquet('{path}')"
-                gone = con.execute(f"SELECT count(*) FROM {scan} WHERE client_key IN ({wanted})").fetchone()
-                if not gone or not gone[0]:
-                    continue
-                new = path.with_name(f"{build_id}-forget-{secrets.token_hex(2)}.parquet")
-                con.execute(
-                    f"COPY (SELECT * FROM {scan} WHERE client_key NOT IN ({wanted})) TO '{new}' "
-                    "(FORMAT parquet, COMPRESSION zstd)"
-                )
-                os.chmod(new, FILE_MODE)
-                replaced[str(path)] = str(new)
-                removed += int(gone[0])
-
-        def edit(catalog: duckdb.DuckDBPyConnection, tier: str) -> None:
-            _replace_parts(catalog, replaced)
-            _replace_landing_views(catalog, files, tier)
-
-        _edit_catalogs(data_dir, edit)
-    for old in replaced:
-        Path(old).unlink(missing_ok=True)
-    return removed
-
-
-def _replace_parts(con: duckdb.DuckDBPyConnection, replaced: Mapping[str, str]) -> None:
-    """``meta.parts`` and the views of the models whose parts were rewritten, with the new paths."""
-    from dataclasses import replace
-
-    before = cat.read_parts(con)
-    parts = [replace(p, path=replaced.get(p.path, p.path)) for p in before]
-    changed = {p.model for p in before if p.path in replaced}
-    con.execute("DROP TABLE meta.parts")
-    cat.register_table(con, "meta.parts", cat.parts_table(parts))
-    _replace_part_views(con, parts, changed)
 
 
 def _replace_part_views(con: duckdb.DuckDBPyConnection, parts: Sequence[cat.Part], models: set[str]) -> None:

@@ -340,6 +340,17 @@ def published_state(path: Path) -> tuple[dict[dt.date, str], dict[str, str], lis
     return nights, facts, parts
 
 
+def published_landed_files(path: Path) -> list[str]:
+    """The landed files (absolute paths) a published catalog's views read ([] when there is none)."""
+    if not path.is_file():
+        return []
+    try:
+        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
+            return [str(p) for (p,) in con.execute("SELECT absolute_path FROM meta.landed_files").fetchall()]
+    except duckdb.Error:
+        return []
+
+
 def register_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
     """``CREATE TABLE name`` from an Arrow table."""
     con.register("arrow_input", table)

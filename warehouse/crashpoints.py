@@ -24,7 +24,7 @@ and the steps of an erasure (:data:`FORGET_POINTS`, ``membersync forget``,
 - ``forget_after_register``: the erasure is in the register (pending), nothing else done
 - ``forget_after_scrub``: logs and state scrubbed, staging discarded, no identity file rewritten
 - ``forget_after_recommit``: a night's manifest names its rewritten files, the old ones not yet deleted
-- ``forget_after_rewrite``: every identity file rewritten, the catalogs not yet repointed
+- ``forget_after_rewrite``: every identity file rewritten, the catalogs not yet repointed, the old files kept
 - ``forget_after_reexport``: reports re-exported, the erasure not yet marked done
 
 and one of the migration to the layout with identity apart (:mod:`membersync.warehouse.migrate`):

@@ -64,7 +64,6 @@ class Node:
     reads: tuple[str, ...] = ()  # the models (unique ids) a node reads
     sources: tuple[str, ...] = ()  # the sources (unique ids) a node reads
     tier: str = "analyst"  # meta.tier of a model: "identified" when it reads the identity
-    personal: bool = False  # meta.personal of a model: its part holds per-person rows (forget rewrites it)
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,6 @@ def _node(result: Any) -> Node:
         reads=tuple(u for u in getattr(node.depends_on, "nodes", ()) if u.startswith("model.")),
         sources=tuple(u for u in getattr(node.depends_on, "nodes", ()) if u.startswith("source.")),
         tier=str(meta.get("tier", "analyst")),
-        personal=bool(meta.get("personal", False)),
     )
 
 

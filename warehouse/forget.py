@@ -10,12 +10,11 @@ surrogate key. Forgetting a client therefore:
    staging areas and shard areas, which are discarded) and finds the nights whose exported
    reports name them: both need the values, so both happen before the values are deleted;
 3. rewrites each committed night's identity files without the client's rows (new files, the
-   manifest re-committed with the same ``committed_at``, the old files deleted: on ``s3://``,
-   every version of them) and sweeps any identity file no manifest names;
-4. rewrites the warehouse's personal parts (``identity.clients``, ``marts.client_demographics``:
-   the only parts that hold per-person rows, by the build's rules) without them, points the
-   catalogs at the new files (nothing is rebuilt) and re-exports the reports that named the
-   client: the top-debtors list now shows "forgotten client" and the surrogate key;
+   manifest re-committed with the same ``committed_at``);
+4. points the warehouse's catalogs at the new files (no part holds per-person data, by the
+   build's rules: nothing is rebuilt), then deletes every identity file no manifest names (the
+   old ones: on ``s3://``, every version), and re-exports the reports that named the client:
+   the top-debtors list now shows "forgotten client" and the surrogate key;
 5. marks the erasure done, with what it did (rows and files per table, nights, reports).
 
 Every step is idempotent and keyed by the surrogate keys the register holds, so a process
@@ -55,6 +54,7 @@ from membersync.warehouse.identity import (
     read_register,
     write_register,
 )
+from membersync.warehouse.landing import sweep_personal_files
 from membersync.warehouse.manifest import Manifest, TableFiles
 
 log = logging.getLogger(__name__)
@@ -274,10 +274,9 @@ def rewrite_files(zone: Any, keys: Sequence[str], erasure_id: str) -> tuple[dict
             )
             changed[table] = TableFiles(tuple(names), changed[table].rows - (data.num_rows - kept.num_rows))
             retired.append(relative)
-        if retired:
+        if retired:  # the old files go once the catalogs read the new ones (finish: sweep)
             recommit(zone, manifest, changed)
             crashpoint("forget_after_recommit")
-            erase_landed(zone, retired)
     return rows, files
 
 
@@ -304,29 +303,6 @@ def recommit(zone: Any, manifest: Manifest, tables: dict[str, TableFiles]) -> No
     )
 
 
-def erase_landed(zone: Any, relatives: Sequence[str]) -> None:
-    """Old identity files gone for good: the store's copies (every version) and the local one."""
-    zone.store.erase([f"landing/{r}" for r in relatives])
-    for relative in relatives:
-        (zone.data_dir.landing / relative).unlink(missing_ok=True)
-
-
-def sweep_identity_orphans(zone: Any) -> int:
-    """Identity files no manifest names (a crash between a re-commit and its deletes, a replaced
-    night's retired files, noncurrent versions): erased."""
-    named = {f"landing/{f}" for _, _, f in identity_files(zone.manifests())}
-    orphans: set[str] = set()
-    for table in T.IDENTITY_TABLES:
-        orphans |= set(zone.store.listing(f"landing/{table.name}")) - named
-        local = zone.data_dir.landing / table.name
-        if local.is_dir():
-            for path in local.rglob("*"):
-                relative = path.relative_to(zone.data_dir.root).as_posix()
-                if path.is_file() and relative not in named:
-                    path.unlink()
-    return zone.store.erase(sorted(orphans)) if orphans else 0
-
-
 # --- one erasure, start to end --------------------------------------------------------------------
 
 
@@ -348,7 +324,7 @@ def start(zone: Any, targets: Sequence[Target], reason: str) -> Erasure:
 
 def finish(zone: Any, erasure_id: str) -> Outcome:
     """Carry one pending erasure to its end (idempotent; see the module's docstring)."""
-    from membersync.warehouse.build import forget_in_parts
+    from membersync.warehouse.build import repoint_catalogs
     from membersync.warehouse.reports import reexport
 
     register = read_register(zone.store)
@@ -363,9 +339,9 @@ def finish(zone: Any, erasure_id: str) -> Outcome:
         erasure.result["rows"] = _merge(erasure.result.get("rows", {}), rows)
         erasure.result["files"] = _merge(erasure.result.get("files", {}), files)
         write_register(zone.store, register)
-    sweep_identity_orphans(zone)
     crashpoint("forget_after_rewrite")
-    forget_in_parts(zone.data_dir, keys)  # the warehouse's personal parts, and the catalogs repointed
+    repoint_catalogs(zone.data_dir)  # the catalogs read the rewritten files ...
+    sweep_personal_files(zone.data_dir)  # ... so the old ones go (every version), with any leftover
     reports = reexport(zone.data_dir, erasure.plan.get("reports", []))
     crashpoint("forget_after_reexport")
     outcome = Outcome(

@@ -51,7 +51,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from membersync.models.coerce import to_json
 from membersync.models.privacy import land_batch, land_quarantine
-from membersync.models.tables import BY_NAME, LANDED_BY_NAME, QUARANTINE_SCHEMA, TYPED_QUARANTINE_SCHEMA
+from membersync.models.tables import (
+    BY_NAME,
+    IDENTITY_TABLES,
+    LANDED_BY_NAME,
+    QUARANTINE_SCHEMA,
+    TYPED_QUARANTINE_SCHEMA,
+)
 from membersync.warehouse.atomic import (
     TMP_MARK,
     fsync_dir,
@@ -80,6 +86,7 @@ COMPRESSION = "zstd"
 _BATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _NIGHT_DIR = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _RESERVED_TOP = frozenset({"_manifests", "_staging"})
+PERSONAL_TABLES = frozenset(t.name for t in IDENTITY_TABLES)
 # What a run's staged batches hold: 2 = landed tables (keys, identity apart). A staging area of
 # another layout (an earlier version's, typed with client numbers) is discarded, never resumed.
 STAGING_LAYOUT = 2
@@ -443,6 +450,32 @@ class LandingZone:
             os.chmod(folder, DIR_MODE)
 
 
+def sweep_personal_files(data_dir: DataDir) -> int:
+    """Delete every identity file (``client_identity``, ``client_demographics``) no manifest names,
+    in the store (every version) and the local copy. Returns the files deleted.
+
+    Called by each build once its catalogs are published (a replaced run's identity files wait
+    for them, since the identified tier's reports read the landed identity files), and by an
+    erasure once the catalogs read the rewritten files."""
+    store = store_for(data_dir)
+    kept = {
+        f"landing/{f}"
+        for m in store.manifests()
+        for n, t in m.tables.items()
+        if n in PERSONAL_TABLES
+        for f in t.files
+    }
+    remote = {f for table in sorted(PERSONAL_TABLES) for f in store.listing(f"landing/{table}")} - kept
+    removed = store.erase(sorted(remote)) if remote and data_dir.remote is not None else 0
+    for table in sorted(PERSONAL_TABLES):
+        folder = data_dir.landing / table
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+            if path.is_file() and path.relative_to(data_dir.root).as_posix() not in kept:
+                path.unlink()
+                removed += 1
+    return removed
+
+
 def _read_pid(fd: int) -> str | None:
     try:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
@@ -758,7 +791,10 @@ class Night:
             partition = f"snapshot_date={self.night.isoformat()}"
             for top in zone.data_dir.landing.iterdir():
                 folder = top / partition
-                if top.name in _RESERVED_TOP or not folder.is_dir():
+                # A replaced run's identity files stay (here, where readers read them) until the
+                # build has published catalogs that read the new run's (sweep_personal_files):
+                # the identified tier's reports read the landed identity files.
+                if top.name in _RESERVED_TOP or top.name in PERSONAL_TABLES or not folder.is_dir():
                     continue
                 for entry in folder.iterdir():
                     if f"{top.name}/{partition}/{entry.name}" not in keep:

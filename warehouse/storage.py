@@ -391,14 +391,15 @@ class ObjectStore:
             kwargs["VersionIdMarker"] = page.get("NextVersionIdMarker")
 
     def retire(self, files: Iterable[str]) -> None:
-        """Delete the parts of the manifest a commit replaced (never a file of another run)."""
-        keys = [self.key(f"landing/{f}") for f in files]
-        if not keys:
+        """Delete the parts of the manifest a commit replaced (never a file of another run), every
+        version of each (a replaced run's identity files must not stay in a bucket's history)."""
+        relatives = [f"landing/{f}" for f in files]
+        if not relatives:
             return
         try:
-            self.fs.rm(keys)
-        except OSError as exc:
-            log.warning("could not delete %d replaced part(s) in %s: %s", len(keys), self.url, exc)
+            self.erase(relatives)
+        except StoreError as exc:
+            log.warning("could not delete %d replaced part(s) in %s: %s", len(relatives), self.url, exc)
 
 
 # --- the warehouse and the reports of a remote data location ---------------------------------------

@@ -48,6 +48,7 @@ STORES = ("DOWNTOWN  ", "UPTOWN    ", "AIRPORT   ", "MALL      ", "SUBURB    ")
 STATUSES = ("Active", "Active", "Active", "Frozen", "OnHold", "Canceled", "Expired")
 LINE_TYPES = ("R", "P", "M", "1", "G")
 FIRST_NIGHT = dt.date(2026, 1, 1)
+BATCH = 250  # clients per batch, as a night's default (MEMBERSYNC_BATCH_SIZE)
 CENT = Decimal("0.01")
 
 
@@ -255,13 +256,15 @@ def generate(
 def land_night(
     data_dir: DataDir, history: History, night: dt.date, synced: list[Client], *, full: bool
 ) -> None:
-    """Land one night: ``synced`` clients with their whole state, through the real landing zone."""
+    """Land one night: ``synced`` clients with their whole state, through the real landing zone,
+    in batches of :data:`BATCH` clients as a sync lands them (one file per table and batch)."""
     write_night(
         data_dir,
         night,
         history.night_rows(night, sorted(synced, key=lambda c: c.number)),
         mode="full" if full else "incremental",
         watermark=f"{night.isoformat()}T01:00:00Z",
+        parts=-(-len(synced) // BATCH),
     )
 
 

@@ -1,16 +1,12 @@
 -- Who each surrogate key is: the newest identity version of every client still known (the
--- identified tier only). A forgotten client has no row: their key stays in every other table,
--- linked to no one (`membersync forget` rewrites this model's part without them).
--- Incremental: tonight's versions against the published table (source prior).
+-- identified tier only). A view over the landed identity files, never stored in a part: a
+-- forgotten client has no row once `membersync forget` has rewritten those files, and their key
+-- stays in every other table, linked to no one.
+{{ config(materialized='scratch_view') }}
 
 with versions as (
 
-    select * exclude (snapshot_date), snapshot_date as identity_since
-    from {{ ref('stg_client_identity') }}
-    {% if incremental_build() %}
-    union all by name
-    select * exclude (client_name) from {{ source('prior', 'identity_clients') }}
-    {% endif %}
+    select * from {{ ref('stg_client_identity') }}
 
 ),
 
@@ -20,7 +16,7 @@ newest as (
     select * from versions
     qualify row_number() over (
         partition by client_key
-        order by identity_digest is not null desc, identity_since desc
+        order by identity_digest is not null desc, snapshot_date desc
     ) = 1
 
 ),
@@ -43,7 +39,7 @@ final as (
         postal_code,
         extra,
         identity_digest,
-        identity_since
+        snapshot_date as identity_since
     from newest
 
 )

@@ -1,16 +1,12 @@
 -- What the analyst tier may know of each client still known: birth year and the postal code's
--- first characters, in their newest version. Personal: `membersync forget` rewrites this
--- model's part without the forgotten clients. Incremental: tonight's versions against the
--- published table (source prior).
+-- first characters, in their newest version. A view over the landed demographics files, never
+-- stored in a part: `membersync forget` rewrites those files.
+{{ config(materialized='scratch_view') }}
 
 with versions as (
 
     select client_key, birth_year, postal_prefix, snapshot_date as since
     from {{ ref('stg_client_demographics') }}
-    {% if incremental_build() %}
-    union all by name
-    select * from {{ source('prior', 'client_demographics') }}
-    {% endif %}
 
 ),
 
