@@ -357,6 +357,17 @@ def _json_default(value: Any) -> Any:
 # -- the client ----------------------------------------------------------------------------------
 
 
+def _check_endpoint(base_url: str, username: str, password: str) -> None:
+    """A ServiceClient's arguments: an http(s) URL without credentials in it, and both credentials."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("base_url must be an http(s) URL such as http://127.0.0.1:8700")
+    if parts.username or parts.password or "@" in parts.netloc:
+        raise ValueError("base_url must not carry credentials: pass username and password")
+    if not username or not password:
+        raise ValueError("username and password are required")
+
+
 class ServiceClient:
     """Async client of the service (contract section B). Use as ``async with`` or call :meth:`aclose`."""
 
@@ -370,13 +381,7 @@ class ServiceClient:
         transport: httpx.AsyncBaseTransport | None = None,
         options: ClientOptions | None = None,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("base_url must be an http(s) URL such as http://127.0.0.1:8700")
-        if parts.username or parts.password or "@" in parts.netloc:
-            raise ValueError("base_url must not carry credentials: pass username and password")
-        if not username or not password:
-            raise ValueError("username and password are required")
+        _check_endpoint(base_url, username, password)
         redact.register_credentials(username, password)
         redact.install()
         self.options = opts = options or ClientOptions()
@@ -399,8 +404,15 @@ class ServiceClient:
         # (then only on 429s), so a server that never announces costs no header parsing.
         self._announces: bool | None = None
         self.paging = PageNumberPaging.from_profile(self.profile, opts.page_size)
-        # The default goes straight to aiohttp (a third of the CPU per request of httpx over
-        # httpx-aiohttp); an injected transport or ``transport="httpx"`` goes through httpx.
+        self._open_http_path(opts, username, password, transport)
+        self._prepared = {e.name: self._prepare(e) for e in catalogue.ENDPOINTS}
+
+    def _open_http_path(
+        self, opts: ClientOptions, username: str, password: str, transport: httpx.AsyncBaseTransport | None
+    ) -> None:
+        """The HTTP path and every attempt's deadlines. The default goes straight to aiohttp (a
+        third of the CPU per request of httpx over httpx-aiohttp); an injected transport or
+        ``transport="httpx"`` goes through httpx."""
         self._direct: _DirectAiohttp | None = None
         self._http: httpx.AsyncClient | None = None
         direct = transport is None and opts.transport == "aiohttp" and _HAVE_AIOHTTP
@@ -411,7 +423,7 @@ class ServiceClient:
             connect_timeout=opts.connect_timeout,
         )
         if direct:
-            self._direct = _DirectAiohttp(opts, username, password, on_new_connection=self.rate.departed_late)
+            self._direct = _DirectAiohttp(opts, username, password)
         else:
             self._http = _CookielessClient(
                 auth=httpx.BasicAuth(username, password),
@@ -421,7 +433,6 @@ class ServiceClient:
                 follow_redirects=False,
                 trust_env=False,  # no .netrc credentials or proxy settings picked up behind our back
             )
-        self._prepared = {e.name: self._prepare(e) for e in catalogue.ENDPOINTS}
 
     def __repr__(self) -> str:
         return f"ServiceClient({self.base_url!r})"
@@ -637,10 +648,9 @@ class ServiceClient:
         if status == 429:
             self.stats.status_429 += 1
             self._read_announcement(headers)
-            # Fewer in flight only when the pace was above the limit: a lone 429 at a small
-            # bucket (jitter) says nothing of how many requests the server can hold at once.
+            # Fewer in flight once per episode, with the pace's cut.
             if self.rate.on_rate_limited(started, retry_after):
-                self.concurrency.on_rate_limited(started, now)
+                self.concurrency.on_rate_limited()
         secrets = _secret_values(body) if body else ()
         error = status_error(prep.endpoint.name, status, data, retry_after=retry_after, secrets=secrets)
         if retry_after is not None and not isinstance(error, RateLimitedError):
@@ -895,28 +905,6 @@ class ServiceClient:
 _DEFAULT_HEADERS = {"Accept": "application/json", "User-Agent": "membersync"}
 
 
-class _ConnectionOpeningConnector(aiohttp.TCPConnector):
-    """aiohttp's connector, telling ``on_new_connection`` when a request had to open one.
-
-    A request given its rate slot that then opens a connection leaves ~1 ms late (TCP's
-    handshake, on loopback), and the next, on schedule, reaches the server that much closer
-    behind it: a bucket of one token refuses it. Each 429 of a 200 req/s night, burst 1, 200 ms
-    came at a new connection, the slow start's at 82 % of the limit, where it set the level
-    (traced). The limiter then moves its schedule to the late departure (``departed_late``).
-    (Overriding ``_create_connection``, aiohttp's own step, costs a request nothing; a
-    ``TraceConfig`` would add its signals to every request.)
-    """
-
-    def __init__(self, on_new_connection: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._on_new_connection = on_new_connection
-
-    async def _create_connection(self, *args: Any, **kwargs: Any) -> Any:
-        proto = await super()._create_connection(*args, **kwargs)
-        self._on_new_connection()
-        return proto
-
-
 class _DirectAiohttp:
     """The default HTTP path: aiohttp's ``ClientSession`` without httpx on top.
 
@@ -935,7 +923,6 @@ class _DirectAiohttp:
         opts: ClientOptions,
         username: str,
         password: str,
-        on_new_connection: Callable[[], None],
     ) -> None:
         token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
         self._headers = {**_DEFAULT_HEADERS, "Authorization": f"Basic {token}"}
@@ -945,12 +932,11 @@ class _DirectAiohttp:
             sock_connect=opts.connect_timeout, sock_read=None, connect=opts.pool_timeout
         )
         self._limit = opts.max_concurrency
-        self._on_new_connection = on_new_connection
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
-        connector = _ConnectionOpeningConnector(
-            self._on_new_connection, limit=self._limit, keepalive_timeout=30.0, ssl=httpx.create_ssl_context()
+        connector = aiohttp.TCPConnector(
+            limit=self._limit, keepalive_timeout=30.0, ssl=httpx.create_ssl_context()
         )
         self._session = aiohttp.ClientSession(
             connector=connector,

@@ -25,7 +25,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from membersync.extract import eventloop
 from membersync.warehouse.atomic import alive
 
 T = TypeVar("T")
@@ -47,7 +46,7 @@ def run_until_signal(
     last_words: Callable[[str], None],
     finished: Callable[[T], bool] = lambda _: True,
 ) -> T:
-    """``asyncio.run(coro)`` (on :func:`membersync.extract.eventloop.new_event_loop`), stopped by
+    """``asyncio.run(coro)``, stopped by
     the first SIGINT/SIGTERM (raises :class:`Interrupted`).
 
     ``last_words(signame)`` prints the one line for the user; it is called here only when the
@@ -57,7 +56,7 @@ def run_until_signal(
     returned a partial result is an interruption too.
     """
     try:
-        return eventloop.run(_guarded(coro, last_words, finished))  # its timers fire when due
+        return asyncio.run(_guarded(coro, last_words, finished))
     except BaseException as exc:
         # Prefect's flow engine puts its own SIGTERM handler in place of ours while a run is in
         # its hands; it raises TerminationSignal out of the event loop, past _guarded.

@@ -2,8 +2,8 @@
 
 A benchmark may import from every layer; no product code imports a benchmark except the
 ``membersync bench`` command in ``flows/cli.py``, inside the command (``tests/test_import_graph.py``
-checks this). The figures and their targets: README.md, "Benchmarks"; every earlier
-measurement: HISTORY.md beside this file.
+checks this). The current figures and their targets, each with its command and commit:
+docs/benchmarks.md (earlier ones: ``git log``).
 
 - :mod:`.sync`: the nightly sync, the sandbox in its own process and the sync in a child
   process: throughput, our CPU per request, 429s, peak RSS, Prefect's overhead; politeness at
@@ -13,17 +13,6 @@ measurement: HISTORY.md beside this file.
       python -m membersync.flows.benchmarks.sync run --clients 10000   # the same, without the CLI
       membersync bench --rate-matrix --rates 20,50,200,500 --bursts 1,5,R --latencies 20 --seconds 15
       membersync bench --history-cost --clients 10000
-
-- :mod:`.ideal`: what any client could hold at a token bucket: a pacer told the limit, sending
-  as evenly as a dedicated thread can, against the same sandbox as the rate matrix (the cells
-  out of any client's reach on this server and host)::
-
-      python -m membersync.flows.benchmarks.ideal --rates 20,50,200,500 --bursts 1 --pace 0.96
-
-- :mod:`.timers`: how late a short timer fires on asyncio's own event loop and on the night's
-  (``extract/eventloop.py``): the spread of a paced night's send times::
-
-      python -m membersync.flows.benchmarks.timers [--intervals 0.02,0.005,0.002] [--seconds 4]
 
 - :mod:`.sandbox`: the sandbox alone, pinned to one core (it must never be the bottleneck)::
 
@@ -56,4 +45,9 @@ measurement: HISTORY.md beside this file.
 
       python -m membersync.flows.benchmarks.work_pool tenants --clients 5000 --workers 1 --workers 3
       python -m membersync.flows.benchmarks.work_pool sharded --clients 20000 --shards 3 --workers 3
+
+- :mod:`.forget`: ``membersync forget`` in a long history: wall time and bytes written against
+  the landed bytes (the cost follows the identity files, not the history)::
+
+      python -m membersync.flows.benchmarks.forget --clients 100000 --nights 365 --forget 1 --forget 100
 """

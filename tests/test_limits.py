@@ -1,0 +1,405 @@
+"""Politeness (``extract/limits.py``): the pace, a 429 episode, CUBIC's regrowth, announced
+limits, and the concurrency that never starves the pace.
+
+Everything runs on a fake clock whose ``sleep`` only advances it, and a simulated token bucket
+(:class:`Bucket`, the sandbox's rule: ``rate`` tokens a second, ``burst`` at most) stands for the
+server where a test needs one: nothing here waits, and nothing depends on the machine's timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import httpx
+import pytest
+from fake_time import FakeTime
+from membersync.extract import constants as K
+from membersync.extract.limits import (
+    AdaptiveConcurrency,
+    RateAnnouncement,
+    RateLimiter,
+    parse_rate_headers,
+    work_started,
+)
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coro)
+
+
+class Bucket:
+    """A server's token bucket: ``rate`` tokens a second, at most ``burst`` held; a request
+    takes one or is refused (a refusal takes none)."""
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def night(limit: float, burst: float, seconds: float, latency: float = 0.02, **kw: Any) -> dict[str, float]:
+    """A night of one sender at a bucket: every request paced by the limiter, answered after
+    ``latency`` (a 429 with ``Retry-After: 1``). Returns what the server let through and refused."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep, **kw)
+    bucket = Bucket(limit, burst, t.now)
+    start, accepted, refused = t.now, 0, 0
+
+    async def go() -> None:
+        nonlocal accepted, refused
+        while t.now - start < seconds:
+            await limiter.wait_turn()
+            sent = t.now
+            if limiter.rate is None:
+                t.now += latency / K.INITIAL_CONCURRENCY  # unpaced: as the first slots allow
+            if bucket.take(sent):
+                accepted += 1
+                limiter.on_success(sent + latency, latency)
+            else:
+                refused += 1
+                limiter.on_rate_limited(sent, retry_after=1.0)
+
+    run(go())
+    return {
+        "share": accepted / (limit * seconds),
+        "refused": refused / max(1, accepted + refused),
+        "rate": limiter.rate or 0,
+    }
+
+
+# --- pacing ----------------------------------------------------------------------------------------
+
+
+def test_the_pace_spaces_requests_one_interval_apart() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(cap=100.0, clock=t.clock, sleep=t.sleep)
+
+    async def go() -> None:
+        for _ in range(20):
+            await limiter.wait_turn()
+
+    run(go())
+    assert t.now - 1000.0 == pytest.approx(0.19)  # the first at once, then one every 10 ms
+    assert t.sleeps == [pytest.approx(0.01)] * 19
+
+
+def test_unpaced_until_the_server_objects_unless_capped_or_started_at_a_found_rate() -> None:
+    assert RateLimiter().rate is None
+    assert RateLimiter(cap=40.0).rate == 40.0
+    started = RateLimiter(initial=120.0, cap=100.0)
+    assert started.rate == 100.0 and started.found == 120.0  # the cap holds over a remembered rate
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0])
+def test_a_cap_or_start_that_is_not_positive_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="rate cap"):
+        RateLimiter(cap=bad)
+    with pytest.raises(ValueError, match="initial rate"):
+        RateLimiter(initial=bad)
+
+
+# --- a 429 episode ------------------------------------------------------------------------------
+
+
+def answered(limiter: RateLimiter, t: FakeTime, rate: float, seconds: float) -> None:
+    """``seconds`` of answers at ``rate`` req/s."""
+    for _ in range(round(rate * seconds)):
+        t.now += 1.0 / rate
+        limiter.on_success(t.now, 0.02)
+
+
+def test_a_429_cuts_once_to_what_the_server_accepted_less_the_margin() -> None:
+    """Case: unpaced at 200 answers a second, then 429s: the pace drops to 200 less the margin;
+    the other requests in flight at the cut get their 429 too and change nothing."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 200.0, 2.0)
+    assert limiter.on_rate_limited(started=t.now - 0.02, retry_after=1.0)
+    assert limiter.found == pytest.approx(200.0, rel=0.01)
+    assert limiter.rate == pytest.approx(200.0 * (1 - K.RATE_MARGIN), rel=0.01)
+    cut = limiter.rate
+    for _ in range(5):  # sent before the cut: the same episode
+        assert not limiter.on_rate_limited(started=t.now - 0.01, retry_after=1.0)
+    assert limiter.rate == cut and limiter.decreases == 1
+
+
+def test_a_paced_429_cuts_to_the_lower_of_the_pace_and_what_was_accepted() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(initial=150.0, clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 180.0, 1.0)  # answers faster than the pace (a burst): the pace is the level
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.found == pytest.approx(limiter.rate / (1 - K.RATE_MARGIN))
+    assert limiter.found <= 180.0
+
+
+def test_a_429_with_too_few_answers_to_measure_only_pauses() -> None:
+    """A night's first bunch: a handful of answers say nothing of the server's rate."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 200.0, 0.02)  # 4 answers
+    assert not limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.rate is None and limiter.paused_until == pytest.approx(t.now + K.MIN_PAUSE)
+
+
+@pytest.mark.parametrize("retry_after", [0.0, None])
+def test_retry_after_zero_or_a_past_date_never_spins(retry_after: float | None) -> None:
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    limiter.on_rate_limited(started=t.now, retry_after=retry_after)
+    assert limiter.paused_until == pytest.approx(t.now + K.MIN_PAUSE)
+
+
+def test_a_short_retry_after_pauses_everyone_two_intervals_a_long_one_all_of_it() -> None:
+    """A token bucket's Retry-After is its rounded-up second: the next tokens come two intervals
+    on at the new pace. A long one means the server is out for a while: everyone waits it."""
+    t = FakeTime()
+    limiter = RateLimiter(initial=100.0, clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 100.0, 1.0)
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.paused_until == pytest.approx(t.now + 2.0 / limiter.rate)  # type: ignore[operator]
+    limiter.on_rate_limited(started=t.now, retry_after=30.0)
+    assert limiter.paused_until == pytest.approx(t.now + 30.0)
+
+
+# --- regrowth (CUBIC) --------------------------------------------------------------------------------
+
+
+def test_the_pace_regains_the_level_in_regrow_seconds_then_probes_beyond_ever_steeper() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 100.0, 2.0)
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    level, start = limiter.found, limiter.rate
+    assert level is not None and start is not None
+    answered(limiter, t, 100.0, K.REGROW_SECONDS / 2)
+    halfway = limiter.rate
+    answered(limiter, t, 100.0, K.REGROW_SECONDS / 2)
+    assert start < halfway < level  # type: ignore[operator]
+    assert limiter.rate == pytest.approx(level, rel=0.002)  # flat near the level
+    answered(limiter, t, 100.0, K.REGROW_SECONDS)
+    beyond = limiter.rate
+    answered(limiter, t, 100.0, K.REGROW_SECONDS)
+    assert level < beyond < limiter.rate  # type: ignore[operator]
+    assert limiter.rate - beyond > beyond - level  # type: ignore[operator]  # convex: ever steeper
+
+
+def test_the_probe_never_runs_past_twice_what_is_being_sent() -> None:
+    """A lull (few requests to send) is no licence to burst when the work comes back."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 100.0, 2.0)
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    answered(limiter, t, 30.0, 20 * K.REGROW_SECONDS)  # a long lull at 30 req/s
+    assert limiter.rate is not None and limiter.rate <= max(limiter.found or 0, 2 * 30.0) + 1e-6
+
+
+def test_the_rate_a_night_remembers_is_its_last_level_not_a_probes_peak() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 80.0, 2.0)
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    answered(limiter, t, 80.0, 3 * K.REGROW_SECONDS)
+    assert limiter.rate is not None and limiter.rate > 80.0 and limiter.found == pytest.approx(80.0, rel=0.02)
+
+
+def test_an_explicit_cap_is_never_exceeded() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(cap=50.0, initial=200.0, clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 50.0, 30.0)
+    assert limiter.rate == 50.0
+
+
+# --- a night at a token bucket ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("limit", "burst"), [(200.0, 5.0), (200.0, 20.0), (200.0, 200.0), (50.0, 5.0)])
+def test_case_a_night_at_a_token_bucket_holds_near_its_limit_with_few_refusals(
+    limit: float, burst: float
+) -> None:
+    """Case: one sender, 60 s at a bucket of ``limit`` req/s (simulated, fake clock): the server
+    lets through at least 95 % of its limit and refuses under 1 % of the requests. (The whole
+    night on real sockets is the rate matrix's: docs/benchmarks.md.)"""
+    got = night(limit, burst, 60.0)
+    assert got["share"] >= 0.95, got
+    assert got["refused"] < 0.01, got
+
+
+def test_case_a_night_started_at_the_found_rate_keeps_it() -> None:
+    got = night(200.0, 20.0, 30.0, initial=198.0)
+    assert got["share"] >= 0.97 and got["refused"] < 0.005, got
+
+
+# --- a server that announces its limit ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (
+            {
+                "RateLimit-Limit": "100",
+                "RateLimit-Remaining": "40",
+                "RateLimit-Reset": "12",
+                "RateLimit-Policy": "100;w=60",
+            },
+            (100 / 60, 40.0, 12.0),
+        ),
+        ({"RateLimit-Limit": "50", "RateLimit-Remaining": "50", "RateLimit-Reset": "1"}, (50.0, 50.0, 1.0)),
+        ({"RateLimit-Limit": "50", "RateLimit-Remaining": "0", "RateLimit-Reset": "7"}, (None, 0.0, 7.0)),
+        (
+            {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1700000030"},
+            (None, 0.0, 30.0),
+        ),
+        (
+            {
+                "X-RateLimit-Limit": "20",
+                "X-RateLimit-Remaining": "3",
+                "X-RateLimit-Reset": "0.5",
+                "X-RateLimit-Policy": "20;w=1",
+            },
+            (20.0, 3.0, 0.5),
+        ),
+        (
+            {"RateLimit-Limit": "100, 1000;w=3600", "RateLimit-Policy": "100;w=60, 1000;w=3600"},
+            (100 / 60, None, None),
+        ),
+    ],
+)
+def test_announced_limit_header_forms(headers: dict[str, str], expected: tuple[Any, ...]) -> None:
+    announced = parse_rate_headers(httpx.Headers(headers), now_epoch=1_700_000_000.0)
+    assert announced is not None
+    rate, remaining, reset = expected
+    assert announced.rate == (pytest.approx(rate) if rate is not None else None)
+    assert (announced.remaining, announced.reset) == (remaining, reset)
+
+
+def test_no_rate_headers_is_no_announcement() -> None:
+    assert parse_rate_headers(httpx.Headers({"Content-Type": "application/json"}), 0.0) is None
+
+
+def test_an_announced_limit_is_obeyed_exactly_and_an_empty_quota_pauses_until_its_reset() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    limiter.on_announced(RateAnnouncement(rate=20.0, remaining=5.0, reset=0.4))
+    assert limiter.rate == pytest.approx(20.0 * (1 - K.ANNOUNCED_MARGIN))
+    answered(limiter, t, 19.8, 60.0)  # a probe never passes the server's word
+    assert limiter.rate <= 20.0 * (1 - K.ANNOUNCED_MARGIN)
+    limiter.on_announced(RateAnnouncement(rate=20.0, remaining=0.0, reset=30.0))
+    assert limiter.paused_until == pytest.approx(t.now + 30.0)  # a quota window: everyone waits
+    quota = RateLimiter(clock=t.clock, sleep=t.sleep)
+    quota.on_announced(RateAnnouncement(rate=None, remaining=0.0, reset=0.0))  # reset "now"
+    assert quota.paused_until >= t.now + K.MIN_PAUSE - 1e-9  # a pause, never a spin
+
+
+def test_case_a_429_under_an_announced_limit_never_lifts_the_cap() -> None:
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    limiter.on_announced(RateAnnouncement(rate=40.0))
+    answered(limiter, t, 39.6, 2.0)
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    answered(limiter, t, 39.6, 10 * K.REGROW_SECONDS)
+    assert limiter.rate <= 40.0 * (1 - K.ANNOUNCED_MARGIN)  # type: ignore[operator]
+
+
+# --- concurrency -------------------------------------------------------------------------------------
+
+
+def test_case_a_paced_client_keeps_room_for_rate_times_latency() -> None:
+    """Once paced, the number in flight never starves the pace (500 req/s at 200 ms needs 100
+    in flight): room for rate x latency x CONCURRENCY_HEADROOM (Little's law), up to the maximum."""
+    far = AdaptiveConcurrency(128, initial=8)
+    far.on_rate_limited()
+    far.keep_up(500.0, 0.2)
+    assert far.limit == 128  # 152 wanted, the maximum holds
+    near = AdaptiveConcurrency(128, initial=8)
+    near.keep_up(500.0, 0.02)
+    assert near.limit == pytest.approx(500 * 0.02 * K.CONCURRENCY_HEADROOM + 2)
+    near.keep_up(500.0, 0.01)
+    assert near.limit == pytest.approx(17.0)  # room is kept, never taken back (a cut does that)
+    unpaced = AdaptiveConcurrency(128, initial=8)
+    unpaced.keep_up(None, 0.2)
+    assert unpaced.limit == 8  # unpaced, the concurrency is what limits us: it grows by its own rule
+    limiter = RateLimiter(initial=100.0)
+    for _ in range(200):
+        limiter.on_success(1.0, latency=0.2)
+    assert limiter.latency == pytest.approx(0.2, rel=0.01)  # the latency it keeps room for
+
+
+def test_case_the_concurrency_starts_slow_then_grows_by_windows() -> None:
+    """Before the first cut, +1 per success while saturated (doubling every round trip); after
+    it, +1 per window."""
+
+    async def go() -> None:
+        sem = AdaptiveConcurrency(128, initial=8)
+        for _ in range(8):
+            await sem.acquire()
+        waiting = [asyncio.ensure_future(sem.acquire()) for _ in range(40)]
+        await asyncio.sleep(0)
+        for _ in range(8):  # every slot taken, requests waiting: each success adds one
+            sem.release(success=True)
+            await asyncio.sleep(0)
+        assert sem.limit == 16 and sem.in_flight == 16
+        sem.on_rate_limited()
+        assert sem.limit == 12
+        for _ in range(8):
+            sem.release(success=True)
+            await asyncio.sleep(0)
+        assert 12 < sem.limit < 13  # +1/limit each
+        for waiter in waiting:
+            waiter.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+    run(go())
+
+
+def test_case_waiters_of_an_earlier_start_go_first_then_in_arrival_order() -> None:
+    """A batch's last requests are not queued behind the next batch's first thousands: a free
+    slot goes to the earliest-started work's first waiter; cancelled waiters are skipped, and
+    with the last live waiter gone the semaphore takes the fast path again."""
+
+    async def go() -> None:
+        sem = AdaptiveConcurrency(1, adaptive=False)
+        await sem.acquire()  # the one slot is taken: everyone below waits
+        served: list[str] = []
+
+        async def request(label: str) -> None:
+            await sem.acquire()
+            served.append(label)
+            sem.release()
+
+        async def work(labels: list[str], yields: int = 0) -> None:
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            await asyncio.gather(*(request(label) for label in labels))
+
+        with work_started():  # the first batch to start asks last ...
+            first = asyncio.create_task(work(["a1", "a2"], yields=3))
+        with work_started():  # ... after the second
+            second = asyncio.create_task(work(["b1", "b2", "b3"]))
+        unranked = asyncio.create_task(work(["u"], yields=5))  # outside any start: ahead of all
+        with work_started():
+            late = asyncio.create_task(work(["c1"]))  # started last
+        for _ in range(8):
+            await asyncio.sleep(0)
+        assert sem.waiting == 7 and served == []
+        gone = asyncio.create_task(request("gone"))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        assert sem.waiting == 7  # the cancelled one no longer counts
+        sem.release()
+        await asyncio.gather(first, second, unranked, late)
+        assert served == ["u", "a1", "a2", "b1", "b2", "b3", "c1"]
+        assert sem.waiting == 0 and sem.in_flight == 0
+        await asyncio.wait_for(sem.acquire(), 1.0)  # the fast path: no dead entry blocks it
+        assert sem.in_flight == 1
+
+    run(go())
