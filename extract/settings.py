@@ -214,49 +214,130 @@ class Settings(BaseSettings):
         env_prefix=PREFIX, case_sensitive=False, env_ignore_empty=True, extra="ignore", frozen=True
     )
 
+    # Each field's description is the line of the configuration table (docs/configuration.md,
+    # generated from here by flows/docs_tables.py; a test fails when the two drift).
     # -- the service and the tenant
-    base_url: Annotated[Text, AfterValidator(_http_url)] = None
-    username: SecretStr | None = None
-    password: SecretStr | None = None
-    profile: Text = None  # path of the tenant profile TOML (extract/profile.py)
-    tenant: Text = None  # the tenant a night records in its manifest
-    tenants_file: Text = None  # the tenants file a work-pool worker reads (flows/tenants.py)
+    base_url: Annotated[Text, AfterValidator(_http_url)] = Field(
+        None,
+        description="the service, e.g. `https://tenant.example.com` (`/svcapi/...` is appended); "
+        "`sync` needs it",
+    )
+    username: SecretStr | None = Field(
+        None, description="HTTP Basic user name; `sync` needs it; never logged"
+    )
+    password: SecretStr | None = Field(
+        None, description="HTTP Basic password; `sync` needs it; never logged, never a Prefect parameter"
+    )
+    profile: Text = Field(None, description="path of the tenant profile TOML (docs/tenant-profile.md)")
+    tenant: Text = Field(
+        None,
+        description="the tenant's name in notifications and manifests; a night refuses a data location "
+        "whose manifests name another tenant",
+    )
+    tenants_file: Text = Field(
+        None, description="on a work-pool worker: its tenants file (docs/work-pool.md)"
+    )
     # -- the client (extract/client.py; defaults in extract/constants.py)
-    rate: Annotated[float | None, Field(gt=0), AfterValidator(_finite)] = None  # req/s cap
-    max_concurrency: Annotated[int, Field(ge=1)] = constants.MAX_CONCURRENCY
-    connect_timeout: Seconds = constants.CONNECT_TIMEOUT
-    read_timeout: Seconds = constants.READ_TIMEOUT
-    request_timeout: Seconds = constants.REQUEST_TIMEOUT
-    max_retries: Annotated[int, Field(ge=0)] = constants.MAX_RETRIES
+    rate: Annotated[float | None, Field(gt=0), AfterValidator(_finite)] = Field(
+        None, description="a cap in requests/s; without it the client finds the server's limit from its 429s"
+    )
+    max_concurrency: Annotated[int, Field(ge=1)] = Field(
+        constants.MAX_CONCURRENCY, description="requests in flight at most (the client starts lower)"
+    )
+    connect_timeout: Seconds = Field(constants.CONNECT_TIMEOUT, description="seconds to connect")
+    read_timeout: Seconds = Field(constants.READ_TIMEOUT, description="seconds a read may wait for bytes")
+    request_timeout: Seconds = Field(
+        constants.REQUEST_TIMEOUT, description="seconds a whole attempt may take"
+    )
+    max_retries: Annotated[int, Field(ge=0)] = Field(
+        constants.MAX_RETRIES, description="retries after a request's first attempt"
+    )
     # -- a night (flows/nightly.py)
-    batch_size: Annotated[int, Field(ge=1)] = 250
-    batches_in_flight: Annotated[int, Field(ge=1)] = 2
-    lookback_days: Annotated[int, Field(ge=0)] = 7
-    points_start: Annotated[dt.date, BeforeValidator(_iso_date)] = dt.date(2000, 1, 1)
-    watermark_overlap_minutes: Annotated[int, Field(ge=0)] = 15
-    build: Flag = True  # build the warehouse and export the reports after the commit
-    whole_history: Flag = True
-    prefect: Flag = True  # off: the same night without Prefect
+    batch_size: Annotated[int, Field(ge=1)] = Field(250, description="clients per batch (a Prefect task run)")
+    batches_in_flight: Annotated[int, Field(ge=1)] = Field(2, description="batches fetched at once")
+    lookback_days: Annotated[int, Field(ge=0)] = Field(
+        7, description="with `MEMBERSYNC_WHOLE_HISTORY=off`: days before the last night a window starts"
+    )
+    points_start: Annotated[dt.date, BeforeValidator(_iso_date)] = Field(
+        dt.date(2000, 1, 1), description="where points histories start (the service needs a start date)"
+    )
+    watermark_overlap_minutes: Annotated[int, Field(ge=0)] = Field(
+        15, description="discovery re-lists clients changed this long before the last watermark"
+    )
+    build: Flag = Field(True, description="`off` skips the warehouse build and the reports after a night")
+    whole_history: Flag = Field(
+        True,
+        description="`on`: every synced client's whole history every night (late corrections seen); `off`: a "
+        "window, which misses changes older than it until a `--full` night",
+    )
+    prefect: Flag = Field(True, description="`off` runs a night without Prefect (the same steps)")
     # -- the nightly self-audit (flows/audit.py)
-    audit_share: Annotated[float, Field(ge=0, le=1)] = 0.01
-    audit_min: Annotated[int, Field(ge=0)] = 20
-    audit_max_requests: Annotated[int, Field(ge=0)] = 10_000
-    audit_heal: Annotated[Literal["next", "now"], BeforeValidator(_lower)] = "next"
+    audit_share: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.01, description="the self-audit's sample: this share of all known clients"
+    )
+    audit_min: Annotated[int, Field(ge=0)] = Field(
+        20, description="the self-audit's sample: at least this many"
+    )
+    audit_max_requests: Annotated[int, Field(ge=0)] = Field(
+        10_000, description="the self-audit's requests at most (9 a client; 0 turns it off)"
+    )
+    audit_heal: Annotated[Literal["next", "now"], BeforeValidator(_lower)] = Field(
+        "next",
+        description="clients found different are re-synced by the `next` night, or `now`, before the commit",
+    )
     # -- the warehouse and its readers
-    data_dir: Text = None  # a local path or s3://bucket/prefix (warehouse/paths.py)
-    cache_dir: Text = None  # the local working dir of an s3:// data location
-    shard_stall_seconds: Seconds = 600.0  # a shard with no beat nor batch this long is run again
-    dbt_threads: Annotated[int, Field(ge=1)] = 2  # measured: 4 gives the same time, x1.3 the memory
-    stale_after_hours: Seconds = 36.0
-    notify: SecretStr | None = None  # Apprise URLs (flows/notify.py)
+    data_dir: Text = Field(
+        None,
+        description="where everything is written (default `warehouse/data`), owner-only; or "
+        "`s3://bucket/prefix` "
+        "(docs/object-storage.md)",
+    )
+    cache_dir: Text = Field(
+        None,
+        description="with `s3://`: the local working dir "
+        "(default `~/.cache/membersync/s3/<bucket>/<prefix>`)",
+    )
+    shard_stall_seconds: Seconds = Field(
+        600.0, description="a shard run with no sign of life this long is run again (docs/work-pool.md)"
+    )
+    dbt_threads: Annotated[int, Field(ge=1)] = Field(
+        2, description="dbt threads of the warehouse build (4 took the same time, 1.3x the memory)"
+    )
+    stale_after_hours: Seconds = Field(
+        36.0, description="`membersync freshness` calls the warehouse stale past this age of its newest night"
+    )
+    notify: SecretStr | None = Field(
+        None,
+        description="Apprise URLs (comma or space separated) told when a night fails or the warehouse "
+        "is stale",
+    )
     # -- personal data (warehouse/identity.py, warehouse/forget.py, warehouse/retention.py)
-    erasure_key_file: Text = None  # the erasure register's HMAC key, outside the data location
-    retention: Annotated[RetentionPolicy | None, BeforeValidator(parse_retention)] = None
+    erasure_key_file: Text = Field(
+        None,
+        description="the erasure register's key, outside the data location (default "
+        "`~/.config/membersync/erasure-<digest>.key`); back it up (docs/personal-data.md)",
+    )
+    retention: Annotated[RetentionPolicy | None, BeforeValidator(parse_retention)] = Field(
+        None,
+        description="history kept by business date, e.g. `daily=400d,monthly=7y,identity=3y`; "
+        "unset: everything",
+    )
     # -- per-store reports for store managers (warehouse/reports.py, flows/notify.py)
-    store_reports: Flag = False  # reports/<night>/stores/<storecode>/: that store's files only
-    store_notify: SecretStr | None = None  # storecode=Apprise URLs pairs, or @file of them
+    store_reports: Flag = Field(
+        False,
+        description="`on`: each night also writes each store's own folder "
+        "`reports/<night>/stores/<storecode>/`",
+    )
+    store_notify: SecretStr | None = Field(
+        None,
+        description="each store's morning report to its manager: `storecode=URL` pairs (`;` or new "
+        "lines), or "
+        "`@path` of a file of them",
+    )
     # -- fault injection for the reliability tests (warehouse/crashpoints.py)
-    crash_at: Text = None
+    crash_at: Text = Field(
+        None, description="the reliability tests' fault injection; never set it in production"
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -10,7 +10,7 @@ ephemeral server runs; the same database under ``PREFECT_HOME``) from a thread o
 with uvicorn, on a loopback port, and points this process's Prefect settings at it: the flow
 run, its task runs and its artifacts land exactly where they did, and Prefect is loaded once:
 ~2 s of CPU and wall less before the night's first request than the server process of its own
-we ran before (flows/benchmarks/HISTORY.md, "Prefect's fixed cost"), and nothing left running if
+we ran before (docs/benchmarks.md, "Prefect's fixed cost"), and nothing left running if
 the command is killed. The price: the server's work during the night (a few calls per batch
 task) shares this interpreter, which slows an unpaced night against a loopback sandbox by ~9 %,
 not a paced one.
