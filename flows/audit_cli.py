@@ -9,11 +9,11 @@ input (settings, ``--clients``, a data dir without a committed night).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from pathlib import Path
 
-from membersync.extract import eventloop
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
@@ -21,8 +21,8 @@ from membersync.flows import batches as B
 from membersync.flows import nightly
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.table_print import print_table
 from rich.console import Console
-from rich.table import Table
 
 log = logging.getLogger(__name__)
 err = Console(stderr=True, highlight=False)
@@ -81,7 +81,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
             if not holdings.known:
                 return _fail(f"nothing to audit: no committed night in {data_dir.root}", 2)
             sample = choose(holdings.known, wanted, options.audit, seed or label)
-            result = eventloop.run(_audit(settings, options, data_dir, holdings, sample))
+            result = asyncio.run(_audit(settings, options, data_dir, holdings, sample))
             report = A.write_report(data_dir, result, label)
             A.queue_for_resync(data_dir, result, label)
     except AlreadyRunning as exc:
@@ -117,13 +117,13 @@ def show(result: A.AuditResult, report: Path, console: Console | None = None) ->
     """The clients that differed (tables and keys), then one line of counts and the report's path."""
     console = console or out
     if result.differed:
-        table = Table(title="clients that differ from the landing zone", title_justify="left")
-        for column in ("client key", "table", "keys"):
-            table.add_column(column, overflow="fold")
-        for number, by_table in sorted(result.differed.items()):
-            for name, keys in sorted(by_table.items()):
-                table.add_row(number, name, ", ".join(keys))
-        console.print(table)
+        rows = [
+            (key, name, ", ".join(keys))
+            for key, by_table in sorted(result.differed.items())
+            for name, keys in sorted(by_table.items())
+        ]
+        title = "clients that differ from the landing zone"
+        print_table(["client key", "table", "keys"], rows, title=title, out=console)
     counts = result.counts()
     verdict = (
         "queued for a full re-sync by the next night"

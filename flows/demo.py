@@ -11,16 +11,15 @@ repository. The demo always runs a *full* night (its sandbox is new each time).
 
 from __future__ import annotations
 
-import csv
+import asyncio
 import datetime as dt
 import os
 from pathlib import Path
 
-from membersync.extract import eventloop
 from membersync.extract.settings import Settings
 from membersync.warehouse.paths import DEFAULT_DATA_DIR, DataDir
+from membersync.warehouse.table_print import print_table
 from rich.console import Console
-from rich.table import Table
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -59,7 +58,7 @@ def run_demo(clients: int = 300) -> int:
         nightly.progress_factory = lambda: bar
         try:
             with night_api():  # PREFECT_API_URL's server, else one in this process
-                result = eventloop.run(prefect_flow.nightly_sync(night=night, full=True))
+                result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         except Exception as exc:
             bar.close()
             err.print(f"[bold red]error:[/] the demo night failed: {nightly.unwrap(exc)}")
@@ -80,18 +79,12 @@ def show_landing(data_dir: DataDir, night: dt.date) -> None:
     if manifest is None:
         out.print(f"[red]no committed manifest for {night}[/]")
         return
-    landed = Table(title=f"landing zone: {data_dir.landing}", title_justify="left")
-    landed.add_column("table")
-    landed.add_column("rows", justify="right")
-    landed.add_column("files", justify="right")
-    landed.add_column("where")
+    rows: list[tuple[object, ...]] = []
     for name, files in sorted(manifest.tables.items()):
         where = str(Path(files.files[0]).parent) + "/" if files.files else "-"
-        landed.add_row(name, f"{files.rows:,}", str(len(files.files)), where)
-    landed.add_row(
-        "(quarantine)", f"{manifest.quarantine.rows:,}", str(len(manifest.quarantine.files)), "_quarantine/"
-    )
-    out.print(landed)
+        rows.append((name, files.rows, len(files.files), where))
+    rows.append(("(quarantine)", manifest.quarantine.rows, len(manifest.quarantine.files), "_quarantine/"))
+    print_table(["table", "rows", "files", "where"], rows, title=f"landing zone: {data_dir.landing}", out=out)
     out.print(f"manifest (the commit):  {manifest_path(data_dir.manifests, night)}")
     out.print(f"state:                  {data_dir.state_file}")
     if data_dir.warehouse_db.exists():
@@ -104,19 +97,17 @@ def show_landing(data_dir: DataDir, night: dt.date) -> None:
         out.print(f"report CSVs:            {report_dir}/")
         for path in sorted(report_dir.glob("*.csv")):
             out.print(f"  {path.name}")
-        peek = report_dir / f"{PEEK_REPORT}_{night.isoformat()}.csv"
-        if peek.exists():
-            _show_csv(peek)
+        _show_report(data_dir, night)
 
 
-def _show_csv(path: Path, limit: int = 12) -> None:
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # the CSVs start with a BOM (Excel)
-        rows = list(csv.reader(handle))
-    if not rows:
-        return
-    table = Table(title=path.name, title_justify="left")
-    for name in rows[0]:
-        table.add_column(name)
-    for row in rows[1 : limit + 1]:
-        table.add_row(*row)
-    out.print(table)
+def _show_report(data_dir: DataDir, night: dt.date, limit: int = 12) -> None:
+    """The first rows of one report as its CSV holds them, through the CLI's one table printer
+    (typed values, so an amount is never cut to fit the terminal)."""
+    from membersync.warehouse.export import REPORTS, open_at_night, read_report
+
+    report = REPORTS[PEEK_REPORT]
+    with open_at_night(data_dir, night) as (con, night):
+        table = read_report(con, report, night)
+    rows = [tuple(row) for row in table.rows[:limit]]
+    title = f"{PEEK_REPORT}_{night.isoformat()}.csv"
+    print_table(table.header, rows, title=title, null_text="", out=out, err=err)

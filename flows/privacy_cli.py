@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from membersync.extract.settings import Settings, SettingsError, UsageError
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.table_print import print_table
 from rich.console import Console
-from rich.table import Table
 
 if TYPE_CHECKING:
     from membersync.warehouse.forget import Outcome, Plan, Target
@@ -120,39 +120,35 @@ def show_plan(targets: list[Target], plan: Plan, already: int) -> None:
         "nothing changed",
         soft_wrap=True,
     )
-    table = Table(title="would remove", title_justify="left")
-    for column in ("what", "count"):
-        table.add_column(column)
-    for name, rows in sorted(plan.rows().items()):
-        table.add_row(f"rows: {name}", f"{rows:,}")
+    rows: list[tuple[str, str]] = []
+    for name, removed in sorted(plan.rows().items()):
+        rows.append((f"rows: {name}", f"{removed:,}"))
     files: dict[str, int] = {}
     for _, name, _, _ in plan.files:
         files[name] = files.get(name, 0) + 1
     for name, count in sorted(files.items()):
-        table.add_row(f"files rewritten: {name}", f"{count:,}")
-    table.add_row("nights touched", ", ".join(plan.nights) or "-")
-    table.add_row("reports written again (nights)", ", ".join(plan.reports) or "-")
-    table.add_row("logs and state files scrubbed", f"{len(plan.texts):,}")
-    table.add_row("interrupted nights discarded", f"{len(plan.staging):,}")
-    out.print(table)
+        rows.append((f"files rewritten: {name}", f"{count:,}"))
+    rows.append(("nights touched", ", ".join(plan.nights) or "-"))
+    rows.append(("reports written again (nights)", ", ".join(plan.reports) or "-"))
+    rows.append(("logs and state files scrubbed", f"{len(plan.texts):,}"))
+    rows.append(("interrupted nights discarded", f"{len(plan.staging):,}"))
+    print_table(["what", "count"], rows, title="would remove", out=out)
 
 
 def show_outcome(outcome: Outcome, already: int = 0) -> None:
-    table = Table(title=f"forgotten: erasure {outcome.erasure}", title_justify="left")
-    for column in ("what", "count"):
-        table.add_column(column)
-    table.add_row("clients", f"{outcome.clients:,} ({outcome.not_held} never held: suppressed from now on)")
+    never_held = f"{outcome.not_held} never held: suppressed from now on"
+    rows = [("clients", f"{outcome.clients:,} ({never_held})")]
     if already:
-        table.add_row("already forgotten (nothing done)", f"{already:,}")
-    for name, rows in sorted(outcome.rows.items()):
-        table.add_row(f"rows removed: {name}", f"{rows:,}")
+        rows.append(("already forgotten (nothing done)", f"{already:,}"))
+    for name, removed in sorted(outcome.rows.items()):
+        rows.append((f"rows removed: {name}", f"{removed:,}"))
     for name, count in sorted(outcome.files.items()):
-        table.add_row(f"files rewritten: {name}", f"{count:,}")
-    table.add_row("nights touched", ", ".join(outcome.nights) or "-")
-    table.add_row("reports written again (nights)", ", ".join(outcome.reports) or "-")
-    table.add_row("logs and state files scrubbed", f"{outcome.logs:,}")
-    table.add_row("interrupted nights discarded", f"{outcome.staging:,}")
-    out.print(table)
+        rows.append((f"files rewritten: {name}", f"{count:,}"))
+    rows.append(("nights touched", ", ".join(outcome.nights) or "-"))
+    rows.append(("reports written again (nights)", ", ".join(outcome.reports) or "-"))
+    rows.append(("logs and state files scrubbed", f"{outcome.logs:,}"))
+    rows.append(("interrupted nights discarded", f"{outcome.staging:,}"))
+    print_table(["what", "count"], rows, title=f"forgotten: erasure {outcome.erasure}", out=out)
 
 
 def run_retention_cli(dry_run: bool, wait: bool) -> int:

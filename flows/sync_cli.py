@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ from membersync.flows import logfile, nightgc, nightly
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.notify import Notifier, resume_command
 from membersync.flows.progress import NullProgress, Progress, RichProgress
+from membersync.warehouse.manifest import foreign_tenant
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.table_print import print_table
 from rich.console import Console
-from rich.table import Table
 
 log = logging.getLogger(__name__)
 err = Console(stderr=True, highlight=False)
@@ -43,78 +45,129 @@ def _fail(message: str, code: int) -> int:
 def run_sync_cli(
     night: dt.date | None, full: bool = False, progress: bool = True, force: bool = False
 ) -> int:
-    from membersync.warehouse.landing import AlreadyRunning, LandingZone
+    from membersync.warehouse.landing import AlreadyRunning
 
     started = time.monotonic()
     try:
+        setup = _SyncSetup.load()
+    except (SettingsError, ProfileError) as exc:
+        return _fail(str(exc), 2)
+    try:
+        setup.data_dir.ensure()
+    except OSError as exc:
+        return _fail(f"cannot use the data dir {setup.data_dir.root}: {exc.strerror or exc}", 2)
+    night = night or dt.date.today()
+    refusal = _refusal(setup, night, force)
+    if refusal is not None:
+        return _fail(refusal, 2)
+    log_file = logfile.start(setup.data_dir, f"sync-{night.isoformat()}")
+    logfile.capture_stray_output(log_file, err)
+    command = _SyncNight(setup, night, full, log_file, resume_command(night, full))
+    try:
+        with nightly.holding_lock(setup.data_dir):
+            outcome = command.run_locked(progress)
+    except AlreadyRunning as exc:
+        return _fail(f"already running: {exc}", 1)
+    if isinstance(outcome, int):  # the night failed: said and sent already
+        return outcome
+    print_summary(outcome, log_file=log_file, wall_s=time.monotonic() - started)
+    shortfall = outcome.shortfall()
+    if shortfall is not None:
+        setup.notifier.night_failed(night, shortfall, command.resume_hint)
+        return 1
+    return 0
+
+
+@dataclass(frozen=True)
+class _SyncSetup:
+    """What ``membersync sync`` reads from the environment, all of it checked before any work."""
+
+    config: Settings
+    settings: ServiceSettings
+    options: nightly.SyncOptions
+    data_dir: DataDir
+    notifier: Notifier
+
+    @classmethod
+    def load(cls) -> _SyncSetup:
+        """Raises SettingsError or ProfileError (one line, naming the setting)."""
         config = Settings.load()  # every MEMBERSYNC_* variable, read and checked once
         settings = ServiceSettings.from_settings(config)
         settings.profile()
         options = nightly.SyncOptions.from_settings(config)
         data_dir = DataDir.from_settings(config)
         notifier = Notifier.from_settings(config)  # a bad MEMBERSYNC_NOTIFY: before any work
-    except (SettingsError, ProfileError) as exc:
-        return _fail(str(exc), 2)
-    try:
-        data_dir.ensure()
-    except OSError as exc:
-        return _fail(f"cannot use the data dir {data_dir.root}: {exc.strerror or exc}", 2)
-    night = night or dt.date.today()
-    zone = LandingZone(data_dir)
+        return cls(config, settings, options, data_dir, notifier)
+
+
+def _refusal(setup: _SyncSetup, night: dt.date, force: bool) -> str | None:
+    """Why this night must not run at this data location (one line), or None."""
+    from membersync.warehouse.landing import LandingZone
+
+    zone = LandingZone(setup.data_dir)
     refusal = check_night(night, zone.state().committed, dt.date.today(), force)
     if refusal is None:  # a location whose manifests name another tenant is not this night's
-        from membersync.flows.tenants import foreign_tenant
-
         owners = ((m.snapshot_date, m.tenant) for m in zone.manifests())
-        refusal = foreign_tenant(owners, settings.tenant)
-    if refusal is not None:
-        return _fail(refusal, 2)
-    use_prefect = config.prefect
-    log_file = logfile.start(data_dir, f"sync-{night.isoformat()}")
-    logfile.capture_stray_output(log_file, err)
-    resume_hint = resume_command(night, full)
+        refusal = foreign_tenant(owners, setup.settings.tenant)
+    return refusal
 
-    def last_words(signame: str) -> str:
+
+@dataclass(frozen=True)
+class _SyncNight:
+    """One night of ``membersync sync``, its settings read and its log open."""
+
+    setup: _SyncSetup
+    night: dt.date
+    full: bool
+    log_file: Path
+    resume_hint: str
+
+    def last_words(self, signame: str) -> str:
         return (
-            f"interrupted ({signame}): night {night} was not committed; the batches already "
-            f"written are kept, resume with `{resume_hint}`"
+            f"interrupted ({signame}): night {self.night} was not committed; the batches already "
+            f"written are kept, resume with `{self.resume_hint}`"
         )
 
-    def night_failed(line: str, code: int, interrupted: bool = False) -> int:
+    def night_failed(self, line: str, code: int, interrupted: bool = False) -> int:
         """Say the line (an interrupt's was said at the signal), then send it; the code is unchanged."""
         if not interrupted:
             _fail(line, code)
-        notifier.night_failed(night, line, resume_hint, interrupted=interrupted)
+        self.setup.notifier.night_failed(self.night, line, self.resume_hint, interrupted=interrupted)
         return code
 
-    try:
-        with nightly.holding_lock(data_dir):
-            # A first request before Prefect starts (seconds): wrong credentials, a wrong URL or
-            # a server that is down is one line at once, not a failed flow run.
-            problem = probe_service(settings, options)
-            if problem is not None:
-                return night_failed(problem, 1)
-            bar: Progress = RichProgress(err) if progress else NullProgress()
-            try:
-                summary = _run(settings, data_dir, night, full, options, bar, use_prefect, last_words)
-            except Interrupted as exc:
-                bar.close()
-                signame = exc.signal
-                say_once(lambda: _fail(last_words(signame), EXIT_INTERRUPTED))
-                return night_failed(last_words(signame), EXIT_INTERRUPTED, interrupted=True)
-            except Exception as exc:
-                bar.close()
-                error = nightly.unwrap(exc)
-                log.error("night %s failed: %s", night, error, exc_info=error)
-                return night_failed(f"night {night} failed: {nightly.one_line(error)} (log: {log_file})", 1)
-    except AlreadyRunning as exc:
-        return _fail(f"already running: {exc}", 1)
-    print_summary(summary, log_file=log_file, wall_s=time.monotonic() - started)
-    shortfall = summary.shortfall()
-    if shortfall is not None:
-        notifier.night_failed(night, shortfall, resume_hint)
-        return 1
-    return 0
+    def run_locked(self, progress: bool) -> nightly.RunSummary | int:
+        """The night, the caller holding the data dir's lock: its summary, or the exit code of a
+        night that failed (the failure said and sent)."""
+        setup, night = self.setup, self.night
+        # A first request before Prefect starts (seconds): wrong credentials, a wrong URL or
+        # a server that is down is one line at once, not a failed flow run.
+        problem = probe_service(setup.settings, setup.options)
+        if problem is not None:
+            return self.night_failed(problem, 1)
+        bar: Progress = RichProgress(err) if progress else NullProgress()
+        try:
+            return _run(
+                setup.settings,
+                setup.data_dir,
+                night,
+                self.full,
+                setup.options,
+                bar,
+                setup.config.prefect,
+                self.last_words,
+            )
+        except Interrupted as exc:
+            bar.close()
+            signame = exc.signal
+            say_once(lambda: _fail(self.last_words(signame), EXIT_INTERRUPTED))
+            return self.night_failed(self.last_words(signame), EXIT_INTERRUPTED, interrupted=True)
+        except Exception as exc:
+            bar.close()
+            error = nightly.unwrap(exc)
+            log.error("night %s failed: %s", night, error, exc_info=error)
+            return self.night_failed(
+                f"night {night} failed: {nightly.one_line(error)} (log: {self.log_file})", 1
+            )
 
 
 def check_night(night: dt.date, committed: list[dt.date], today: dt.date, force: bool) -> str | None:
@@ -227,15 +280,19 @@ def print_summary(
     wall_s: float | None = None,
 ) -> None:
     """The night's summary table, then the files it wrote (reports, log), one per line."""
-    table = Table(title=f"membersync night {summary.night}", show_header=False, title_justify="left")
-    table.add_column("item", style="bold")
-    table.add_column("value", justify="right")
-    for row in summary.table_rows():
-        table.add_row(row["item"], row["value"])
+    rows = [(row["item"], row["value"]) for row in summary.table_rows()]
     if wall_s is not None:
-        table.add_row("command wall time", f"{wall_s:,.1f} s (start-up, Prefect and build included)")
+        rows.append(("command wall time", f"{wall_s:,.1f} s (start-up, Prefect and build included)"))
     console = console or out
-    console.print(table)
+    print_table(
+        ["item", "value"],
+        rows,
+        title=f"membersync night {summary.night}",
+        show_header=False,
+        right_aligned=("value",),
+        unfolded=("item",),
+        out=console,
+    )
     for path in summary.reports:
         console.print(f"report: {path}", soft_wrap=True, highlight=False)
     if log_file is not None:

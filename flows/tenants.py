@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from membersync.extract.settings import SettingsError, env_name
+from membersync.extract.settings import SettingsError
+from membersync.warehouse.manifest import TENANT_ENV
 
-TENANT_ENV = env_name("tenant")
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BLOCK_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
@@ -195,8 +195,33 @@ def _text(body: Mapping[str, Any], key: str, here: str, errors: list[str]) -> st
 def _tenant(
     name: str, body: Mapping[str, Any], base: Path, here: str, errors: list[str], check_profiles: bool
 ) -> Tenant | None:
-    from membersync.flows.schedule import check_schedule
+    """One tenant's table (defaults merged in) checked key by key; every problem goes to
+    ``errors``, in the order of the keys below. None when the tenant cannot be built at all."""
+    url = _base_url(body, here, errors)
+    user_env, pass_env, block = _credentials(body, here, errors)
+    profile = _profile(body, base, here, errors, check_profiles)
+    schedule, timezone = _schedule(body, here, errors)
+    data_dir = _data_dir(body, base, here, errors)
+    rate = _rate(body, here, errors)
+    shards = _shards(body, here, errors)
+    if url is None or not data_dir:
+        return None
+    return Tenant(
+        name=name,
+        base_url=url,
+        username_env=user_env,
+        password_env=pass_env,
+        credentials_block=block,
+        profile=profile,
+        schedule=schedule,
+        timezone=timezone,
+        data_dir=data_dir,
+        rate=rate,
+        shards=shards,
+    )
 
+
+def _base_url(body: Mapping[str, Any], here: str, errors: list[str]) -> str | None:
     url = _text(body, "base_url", here, errors)
     if url is None and "base_url" not in body:
         errors.append(f"{here}: missing base_url")
@@ -206,6 +231,14 @@ def _tenant(
             errors.append(f"{here}: base_url {url!r} is not an http(s) URL")
         elif parts.username or parts.password:
             errors.append(f"{here}: base_url must not carry credentials (use username_env/password_env)")
+    return url
+
+
+def _credentials(
+    body: Mapping[str, Any], here: str, errors: list[str]
+) -> tuple[str | None, str | None, str | None]:
+    """(username_env, password_env, credentials_block): where the secrets are, never the secrets;
+    exactly one of the two ways must be given."""
     user_env = _text(body, "username_env", here, errors)
     pass_env = _text(body, "password_env", here, errors)
     block = _text(body, "credentials_block", here, errors)
@@ -218,6 +251,13 @@ def _tenant(
         errors.append(f"{here}: give either credentials_block or username_env + password_env, not both")
     elif block is None and not (user_env and pass_env):
         errors.append(f"{here}: missing credentials: username_env and password_env, or credentials_block")
+    return user_env, pass_env, block
+
+
+def _profile(
+    body: Mapping[str, Any], base: Path, here: str, errors: list[str], check_profiles: bool
+) -> Path | None:
+    """The profile's absolute path (the file gives it relative to itself), loaded once to check it."""
     profile_text = _text(body, "profile", here, errors)
     profile = (base / profile_text).resolve() if profile_text else None
     if profile is not None and check_profiles:
@@ -227,12 +267,25 @@ def _tenant(
             Profile.load(profile)
         except ProfileError as exc:
             errors.append(f"{here}: profile: {exc}")
+    return profile
+
+
+def _schedule(body: Mapping[str, Any], here: str, errors: list[str]) -> tuple[str, str]:
+    """(cron, IANA zone), the defaults where unset; a bad cron or zone is one error line."""
+    from membersync.flows.schedule import check_schedule
+
     schedule = _text(body, "schedule", here, errors) or DEFAULT_SCHEDULE
     timezone = _text(body, "timezone", here, errors) or DEFAULT_TIMEZONE
     try:
         check_schedule(schedule, timezone, None)
     except SettingsError as exc:
         errors.append(f"{here}: {exc}")
+    return schedule, timezone
+
+
+def _data_dir(body: Mapping[str, Any], base: Path, here: str, errors: list[str]) -> str:
+    """The data location: s3://bucket/prefix as written, or a local path made absolute against
+    the tenants file's folder; "" when missing or unusable."""
     data_text = _text(body, "data_dir", here, errors)
     data_dir = ""
     if data_text is None:
@@ -247,42 +300,24 @@ def _tenant(
             errors.append(f"{here}: data_dir {data_text!r} is not a local path or s3://bucket/prefix")
     else:
         data_dir = str((base / data_text).expanduser().resolve())
+    return data_dir
+
+
+def _rate(body: Mapping[str, Any], here: str, errors: list[str]) -> float | None:
     rate = body.get("rate")
+    # bool is an int to Python, but `rate = true` is a mistake, not 1 req/s
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0):
         errors.append(f"{here}: rate must be a positive number of requests per second")
         rate = None
+    return float(rate) if rate is not None else None
+
+
+def _shards(body: Mapping[str, Any], here: str, errors: list[str]) -> int:
     shards = body.get("shards", 1)
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         errors.append(f"{here}: shards must be a whole number from 1 to {MAX_SHARDS}")
         shards = 1
-    if url is None or not data_dir:
-        return None
-    return Tenant(
-        name=name,
-        base_url=url,
-        username_env=user_env,
-        password_env=pass_env,
-        credentials_block=block,
-        profile=profile,
-        schedule=schedule,
-        timezone=timezone,
-        data_dir=data_dir,
-        rate=float(rate) if rate is not None else None,
-        shards=shards,
-    )
-
-
-def foreign_tenant(manifest_tenants: Iterable[tuple[object, str | None]], tenant: str | None) -> str | None:
-    """Why a night of ``tenant`` must not write where these manifests are ((night, tenant) pairs),
-    or None. Manifests without a tenant (a single-tenant setup) belong to nobody in particular."""
-    for night, owner in manifest_tenants:
-        if owner is not None and owner != tenant:
-            who = f"tenant {tenant}" if tenant else f"a night without {TENANT_ENV}"
-            return (
-                f"the data location holds tenant {owner}'s nights (manifest {night}); "
-                f"refusing to write {who} there (check MEMBERSYNC_DATA_DIR and {TENANT_ENV})"
-            )
-    return None
+    return shards
 
 
 def run_tenants_check(path: str, out: Any, err: Any) -> int:

@@ -24,9 +24,9 @@ import pytest
 import warehouse_scenario as sc
 from membersync.flows.cli import UsageError, app, parse_date
 from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.cli import _print_table
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.synthetic import write_night
+from membersync.warehouse.table_print import print_table
 from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
@@ -204,7 +204,7 @@ HEADER = ["amount", "business_date", "store_name", "paid_at", "points", "eft", "
 def test_defect6c_any_width_keeps_every_shown_value_whole(width: int) -> None:
     out = Console(file=io.StringIO(), width=width, highlight=False)
     err = Console(file=io.StringIO(), width=width, highlight=False)
-    _print_table(HEADER, ROWS, out=out, err=err)
+    print_table(HEADER, ROWS, full_view="--csv prints every column", out=out, err=err)
     text = out.file.getvalue()  # type: ignore[attr-defined]
     assert "…" not in text
     assert all(cell_len(line) <= width for line in text.splitlines()), text
@@ -273,3 +273,28 @@ def test_defect6d_every_date_option_refuses_the_basic_form(data_dir: DataDir, ar
     result = invoke(data_dir, *args)
     assert_one_line_error(result, f"bad date '{args[2]}': expected YYYY-MM-DD")
     assert not (data_dir.reports / "2026-03-02").exists(), "bad input exports nothing"
+
+
+def test_defect52_4_the_demo_peek_at_80_columns_never_cuts_an_amount(
+    data_dir: DataDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52 point 4: the demo printed the CSV with its own table code and cut money at 80
+    columns (``29638.…``); it now goes through the one fitted printer ``membersync sql`` uses."""
+    from membersync.flows import demo
+
+    out = Console(file=io.StringIO(), width=80, highlight=False)
+    err = Console(file=io.StringIO(), width=80, highlight=False)
+    monkeypatch.setattr(demo, "out", out)
+    monkeypatch.setattr(demo, "err", err)
+    night = sc.NIGHTS[-1]
+    demo._show_report(data_dir, night)
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert "…" not in text and all(cell_len(line) <= 80 for line in text.splitlines()), text
+    from membersync.warehouse.export import REPORTS, open_at_night, read_report
+
+    with open_at_night(data_dir, night) as (con, night):
+        shown = read_report(con, REPORTS[demo.PEEK_REPORT], night).rows[:12]
+    amounts = [format(cell, "f") for row in shown for cell in row if isinstance(cell, Decimal)]
+    folded = text.replace("│", "").replace(" ", "").replace("\n", "")
+    assert amounts and all(a in text for a in amounts), (amounts, text)
+    assert all(f"{a}" in folded for a in amounts)

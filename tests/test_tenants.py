@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.flows.tenants import TenantsFileError, foreign_tenant, load_tenants
-from membersync.warehouse.manifest import read_manifest
+from membersync.flows.tenants import TenantsFileError, load_tenants
+from membersync.warehouse.manifest import foreign_tenant, read_manifest
 from reliability import Workspace
 
 MEMBERSYNC = Path(sys.executable).parent / "membersync"

@@ -13,8 +13,6 @@ import datetime as dt
 import logging
 import re
 import sys
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -26,11 +24,9 @@ from membersync.warehouse.landing import AlreadyRunning, LandingZone
 from membersync.warehouse.manifest import ManifestError
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.storage import StoreError, publish_reports, refresh_mirror
+from membersync.warehouse.table_print import print_table
 from membersync.warehouse.upkeep import upkeep
-from rich.cells import cell_len
 from rich.console import Console
-from rich.table import Table as RichTable
-from rich.text import Text
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +163,7 @@ def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> i
     if as_csv:
         _print_csv(header, rows)
     else:
-        _print_table(header, rows)
+        print_table(header, rows, footer=f"{len(rows)} row(s)", full_view="--csv prints every column")
     return 0
 
 
@@ -191,107 +187,3 @@ def _check_not_empty(query: str) -> None:
         return  # a syntax error: the run on the warehouse reports it as "SQL failed: ..."
     if not statements:
         raise _usage_error(EMPTY_QUERY)
-
-
-# Numbers, dates, times and booleans are shown whole or not at all: a cut `16273.…` or
-# `2024-12-…` reads as a different value. Text may fold over several lines, never be cut.
-WHOLE_TYPES = (int, float, Decimal, dt.date, dt.time, dt.timedelta)
-TEXT_MIN_WIDTH = 8  # text columns fold down to this before trailing columns are left out
-NULL_TEXT = "NULL"
-
-
-@dataclass(frozen=True)
-class _Column:
-    name: str
-    cells: list[Text]
-    whole: bool  # a number, date, time or boolean column: never cut, never folded
-    numeric: bool  # right-aligned, so that the digits line up
-
-    @property
-    def data_width(self) -> int:
-        return max((c.cell_len for c in self.cells), default=0)
-
-    @property
-    def natural_width(self) -> int:
-        return max(self.data_width, cell_len(self.name), 1)
-
-    @property
-    def narrowest(self) -> int:
-        """The least width it may get: whole values stay whole (the header folds above them)."""
-        return max(self.data_width, 1) if self.whole else min(self.natural_width, TEXT_MIN_WIDTH)
-
-
-def _columns(header: list[str], rows: list[tuple[Any, ...]]) -> list[_Column]:
-    columns = []
-    for index, name in enumerate(header):
-        values = [row[index] for row in rows]
-        first = next((v for v in values if v is not None), None)
-        whole = isinstance(first, WHOLE_TYPES)  # bool is an int; datetime is a date
-        numeric = isinstance(first, (int, float, Decimal)) and not isinstance(first, bool)
-        cells = [Text(NULL_TEXT, style="dim") if v is None else Text(cell_text(v)) for v in values]
-        columns.append(_Column(name, cells, whole, numeric))
-    return columns
-
-
-def _table_width(widths: list[int]) -> int:
-    """Width of our table around cells of ``widths``: a border per column and one more, padding 1+1."""
-    return sum(widths) + 3 * len(widths) + 1
-
-
-def _fit(columns: list[_Column], width: int) -> tuple[list[_Column], list[int] | None]:
-    """The leading columns that fit in ``width`` and each one's width (None: even one does not fit).
-
-    Text columns fold first (down to TEXT_MIN_WIDTH, widest first), then the headers above whole
-    values; when even that is too wide, trailing columns are left out.
-    """
-    kept = list(columns)
-    while len(kept) > 1 and _table_width([c.narrowest for c in kept]) > width:
-        kept.pop()
-    widths = [c.natural_width for c in kept]
-    if _table_width([c.narrowest for c in kept]) > width:
-        return kept, None  # one column wider than the terminal: rich folds it, nothing is cut
-    for whole in (False, True):  # text columns first, then the headers above whole values
-        while _table_width(widths) > width:
-            shrinkable = [i for i, c in enumerate(kept) if c.whole == whole and widths[i] > c.narrowest]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda i: widths[i])
-            widths[widest] -= 1
-    return kept, widths
-
-
-def _print_table(
-    header: list[str],
-    rows: list[tuple[Any, ...]],
-    out: Console | None = None,
-    err: Console | None = None,
-) -> None:
-    out = out or Console(highlight=False)
-    err = err or Console(stderr=True, highlight=False)
-    columns = _columns(header, rows)
-    kept, widths = _fit(columns, out.width)
-    table = RichTable(show_header=True, header_style="bold")
-    for index, column in enumerate(kept):
-        table.add_column(
-            column.name,
-            width=None if widths is None else widths[index],
-            justify="right" if column.numeric else "left",
-            overflow="fold",  # never "…": what does not fit goes on the next line
-        )
-    for row_index in range(len(rows)):
-        table.add_row(*(column.cells[row_index] for column in kept))
-    out.print(table)
-    out.print(f"{len(rows)} row(s)", style="dim")
-    left_out = [c.name for c in columns[len(kept) :]]
-    if left_out:
-        err.print(
-            f"[yellow]note:[/] {len(left_out)} column(s) left out to fit {out.width} characters: "
-            f"{_escape(', '.join(left_out))} (--csv prints every column)",
-            soft_wrap=True,
-        )
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)

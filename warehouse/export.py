@@ -27,8 +27,7 @@ import datetime as dt
 import io
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import duckdb
 from membersync.warehouse.atomic import write_file_atomic
 from membersync.warehouse.paths import DataDir
+from membersync.warehouse.report_table import Report, ReportTable, TotalRow
 from membersync.warehouse.workbook import render_workbook
 
 log = logging.getLogger(__name__)
@@ -63,44 +63,6 @@ def _frozen_rate(totals: dict[str, Any]) -> Decimal | None:
 _ROLL_FORWARD = ("opening_active", "new", "reactivated", "frozen", "canceled", "expired", "closing_active")
 # The monthly reports' file of a night: every month up to the night's (the current one to date).
 _MONTHS_UP_TO_THE_NIGHT = "month <= date_trunc('month', CAST(? AS DATE))"
-
-
-@dataclass(frozen=True)
-class TotalRow:
-    """How a store report's TOTAL row is made: sums, and ratios recomputed from the sums."""
-
-    sums: tuple[str, ...]
-    derived: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
-    label_column: str = "storecode"
-
-
-@dataclass(frozen=True)
-class Report:
-    name: str
-    order_by: str
-    per_night: bool = True  # False: the whole history up to the night (business_date <= night)
-    total: TotalRow | None = None
-    sheet: str = ""  # the workbook's sheet title (at most 31 characters, Excel's limit)
-    where: str = ""  # the rows of the night when not per_night's (one ``?``: the night)
-    relation: str = ""  # the view it is read from (default reports.<name>)
-
-    @property
-    def source(self) -> str:
-        return self.relation or f"reports.{self.name}"
-
-
-@dataclass(frozen=True)
-class ReportTable:
-    """One report of one night as exported: the same rows feed the CSV and the workbook sheet."""
-
-    report: Report
-    header: list[str]
-    types: list[str]  # the DuckDB type of each column, e.g. "DECIMAL(38,2)", "VARCHAR", "DATE"
-    rows: list[list[Any]]  # in export order; the TOTAL row last when the report has one
-
-    @property
-    def has_total(self) -> bool:
-        return self.report.total is not None
 
 
 REPORTS: dict[str, Report] = {

@@ -30,15 +30,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from membersync.extract.settings import env_name
 
 FORMAT = 1
 # What the night's files hold: 1, typed rows with client numbers and personal fields in every
 # table (before identity was kept apart); 2, surrogate keys, identity in its own tables
 # (models.tables.LANDED). warehouse.migrate brings a night of layout 1 to layout 2, once.
 LAYOUT = 2
+# The setting that names a night's tenant, which the night records in its manifest ("tenant")
+TENANT_ENV = env_name("tenant")
 
 
 class ManifestError(ValueError):
@@ -134,3 +139,16 @@ def read_manifest(manifests_dir: Path, night: dt.date) -> Manifest | None:
     if not path.exists():
         return None
     return Manifest.from_json(path.read_text(encoding="utf-8"), where=str(path))
+
+
+def foreign_tenant(manifest_tenants: Iterable[tuple[object, str | None]], tenant: str | None) -> str | None:
+    """Why a night of ``tenant`` must not write where these manifests are ((night, tenant) pairs),
+    or None. Manifests without a tenant (a single-tenant setup) belong to nobody in particular."""
+    for night, owner in manifest_tenants:
+        if owner is not None and owner != tenant:
+            who = f"tenant {tenant}" if tenant else f"a night without {TENANT_ENV}"
+            return (
+                f"the data location holds tenant {owner}'s nights (manifest {night}); "
+                f"refusing to write {who} there (check MEMBERSYNC_DATA_DIR and {TENANT_ENV})"
+            )
+    return None

@@ -30,7 +30,7 @@ from xlsxwriter.format import Format
 from xlsxwriter.worksheet import Worksheet
 
 if TYPE_CHECKING:
-    from membersync.warehouse.export import ReportTable
+    from membersync.warehouse.report_table import ReportTable
 
 MONEY_FORMAT = "#,##0.00"
 RATE_FORMAT = "0.0000"

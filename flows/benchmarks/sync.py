@@ -41,8 +41,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 from membersync.flows.schedule import free_port, stop_process
+from membersync.warehouse.table_print import TableRows, print_table
 from rich.console import Console
-from rich.table import Table
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -196,7 +196,7 @@ def run_child(
 
 def child_main(prefect: bool) -> int:
     """Run one full night (no warehouse build), print our own figures as one JSON line."""
-    from membersync.extract import eventloop
+
     from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows import nightly
     from membersync.warehouse.paths import DataDir
@@ -218,7 +218,7 @@ def child_main(prefect: bool) -> int:
 
         warm_up()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        result = eventloop.run(prefect_flow.nightly_sync(night=night, full=True))
+        result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         summary = nightly.summary_from_flow_result(result)
         task_runs = summary.batches + 4  # configuration, discovery, commit, build
@@ -255,32 +255,42 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     if sandbox_only:
         return sandbox_only_bench(clients)
 
-    table = Table(title="membersync bench", title_justify="left")
-    for column in ("scenario", "figure", "value", "target", ""):
-        table.add_column(column, justify="right" if column in ("value",) else "left")
+    table = TableRows(["scenario", "figure", "value", "target", ""], "membersync bench", ("value",))
+    # --clients 0: skip this scenario
+    unlimited = [_bench_unlimited(table, count) for count in clients if count > 0]
+    _memory_growth_row(table, unlimited)
+    _bench_limited(table)
+    _bench_prefect(table)
+    table.print(out)
+    return 0
 
-    unlimited: list[Measured] = []
-    for count in (c for c in clients if c > 0):  # --clients 0: skip this scenario
-        err.print(f"[bold]unlimited sandbox, {count:,} clients[/]: starting the sandbox ...")
-        with sandbox_process(count) as url:
-            err.print("  syncing one full night ...")
-            got = run_child(url, prefect=False, timeout=6 * 3600)
-        unlimited.append(got)
-        name = f"unlimited, {count:,} clients"
-        table.add_row(name, "requests", f"{got.requests:,}", "", "")
-        table.add_row("", "wall time", f"{got.wall_s:,.1f} s", "", "")
-        table.add_row("", "requests/s end to end", f"{got.rps:,.0f}", ">= 1,000", verdict(got.rps >= 1000))
-        table.add_row(
-            "",
-            "our CPU per request",
-            f"{got.cpu_ms_per_request:.3f} ms",
-            "<= 0.6 ms",
-            verdict(got.cpu_ms_per_request <= 0.6),
-        )
-        table.add_row("", "peak RSS", f"{got.peak_rss_mb:,.0f} MB", "flat", "")
-        err.print(
-            f"  {got.rps:,.0f} req/s, {got.cpu_ms_per_request:.3f} ms CPU/request, {got.peak_rss_mb:,.0f} MB"
-        )
+
+def _bench_unlimited(table: TableRows, count: int) -> Measured:
+    """One full night of ``count`` clients against a sandbox without limit or latency."""
+    err.print(f"[bold]unlimited sandbox, {count:,} clients[/]: starting the sandbox ...")
+    with sandbox_process(count) as url:
+        err.print("  syncing one full night ...")
+        got = run_child(url, prefect=False, timeout=6 * 3600)
+    name = f"unlimited, {count:,} clients"
+    table.add_row(name, "requests", f"{got.requests:,}", "", "")
+    table.add_row("", "wall time", f"{got.wall_s:,.1f} s", "", "")
+    table.add_row("", "requests/s end to end", f"{got.rps:,.0f}", ">= 1,000", verdict(got.rps >= 1000))
+    table.add_row(
+        "",
+        "our CPU per request",
+        f"{got.cpu_ms_per_request:.3f} ms",
+        "<= 0.6 ms",
+        verdict(got.cpu_ms_per_request <= 0.6),
+    )
+    table.add_row("", "peak RSS", f"{got.peak_rss_mb:,.0f} MB", "flat", "")
+    err.print(
+        f"  {got.rps:,.0f} req/s, {got.cpu_ms_per_request:.3f} ms CPU/request, {got.peak_rss_mb:,.0f} MB"
+    )
+    return got
+
+
+def _memory_growth_row(table: TableRows, unlimited: list[Measured]) -> None:
+    """Peak RSS of the largest unlimited night over the smallest's: flat means < x1.5."""
     if len(unlimited) > 1:
         small, large = unlimited[0], unlimited[-1]
         growth = large.peak_rss_mb / small.peak_rss_mb if small.peak_rss_mb else 0.0
@@ -292,6 +302,9 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
             verdict(growth < 1.5),
         )
 
+
+def _bench_limited(table: TableRows) -> None:
+    """A night against a rate-limited, slow sandbox: how much of the limit it used, how politely."""
     err.print(
         f"[bold]limited sandbox[/] ({LIMITED_LATENCY_MS:.0f} ms latency, {LIMITED_RATE:.0f} req/s), "
         f"{LIMITED_CLIENTS:,} clients ..."
@@ -305,6 +318,10 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     table.add_row("", "answered 429", f"{share_429:.2%}", "< 5 %", verdict(share_429 < 0.05))
     table.add_row("", "retries", f"{limited.retries:,}", "", "")
 
+
+def _bench_prefect(table: TableRows) -> None:
+    """The CPU the Prefect flow adds to the same night, at two batch sizes: two task-run counts
+    give the cost per task run (the slope) and the fixed cost of a flow run (the intercept)."""
     err.print(f"[bold]Prefect overhead[/]: {PREFECT_CLIENTS:,} clients, with and without the flow ...")
     added: dict[int, float] = {}  # task runs -> CPU the flow added over the plain night
     with sandbox_process(PREFECT_CLIENTS) as url:
@@ -331,8 +348,6 @@ def run_bench_cli(clients: list[int], sandbox_only: bool = False) -> int:
     slope = (many_cpu - few_cpu) / (many - few)
     table.add_row("", "CPU per extra task run (slope)", f"{1000 * slope:.1f} ms", "", "")
     table.add_row("", "fixed CPU per night (flow run)", f"{few_cpu - slope * few:.2f} s", "", "")
-    out.print(table)
-    return 0
 
 
 # --- politeness at the limit: the rate matrix ---------------------------------------------------------
@@ -342,7 +357,7 @@ MET = "at >= 95 % of the limit with < 1 % answered 429 (both after the first 5 s
 
 
 def meets(share_of_limit: float, steady_429: float) -> bool:
-    """The issue's line (:data:`MET`), for our night and for the ideal pacer alike: what the
+    """The issue's line (:data:`MET`): what the
     server let through over the measured span, and the share of it refused."""
     return share_of_limit >= 0.95 and steady_429 < 0.01
 
@@ -480,27 +495,38 @@ def run_rate_matrix(
     ``nights`` > 1, each cell that many nights in turn, summed up (:class:`NightsOfACell`)."""
     if nights < 1:
         raise ValueError("--nights must be at least 1")
-    measured_cells: list[NightsOfACell[RateCell]] = []
-    for rate, burst, latency, announce in matrix_grid(rates, bursts, latencies, announced):
-        measured: list[RateCell] = []
-        for night in range(nights):
-            err.print(
-                f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
-                f"{'announced' if announce else 'silent'}"
-                + (f" (night {night + 1} of {nights})" if nights > 1 else "")
-                + " ..."
-            )
-            cell = rate_cell(rate, burst, latency, seconds, announce, next_night)
-            err.print(
-                f"  {cell.share_of_limit:.1%} of the limit, {cell.steady_429:.2%} 429 "
-                f"({cell.share_429:.2%} over the night)"
-            )
-            measured.append(cell)
-        measured_cells.append(NightsOfACell(tuple(measured)))
+    measured_cells = [
+        _measure_cell(rate, burst, latency, announce, seconds, next_night, nights)
+        for rate, burst, latency, announce in matrix_grid(rates, bursts, latencies, announced)
+    ]
     if nights > 1:
         return _print_nights(measured_cells, markdown)
-    cells = [c.first for c in measured_cells]
-    table = Table(title="politeness at the limit (measured at the server)", title_justify="left")
+    return _print_one_night([c.first for c in measured_cells], markdown)
+
+
+def _measure_cell(
+    rate: float, burst: float, latency: float, announce: bool, seconds: float, next_night: bool, nights: int
+) -> NightsOfACell[RateCell]:
+    """One cell of the matrix, ``nights`` nights in turn, each said as it ends."""
+    measured: list[RateCell] = []
+    for night in range(nights):
+        err.print(
+            f"rate {rate:g}/s burst {burst:g} latency {latency:g} ms "
+            f"{'announced' if announce else 'silent'}"
+            + (f" (night {night + 1} of {nights})" if nights > 1 else "")
+            + " ..."
+        )
+        cell = rate_cell(rate, burst, latency, seconds, announce, next_night)
+        err.print(
+            f"  {cell.share_of_limit:.1%} of the limit, {cell.steady_429:.2%} 429 "
+            f"({cell.share_429:.2%} over the night)"
+        )
+        measured.append(cell)
+    return NightsOfACell(tuple(measured))
+
+
+def _print_one_night(cells: list[RateCell], markdown: str | None) -> int:
+    """The matrix of one night a cell: the table, how many cells met the line, the Markdown."""
     columns = (
         "rate/s",
         "burst",
@@ -513,9 +539,10 @@ def run_rate_matrix(
         "retries",
         "",
     )
+    # the "started at" column only when some night started at a rate found the night before
     started = any(c.started_at is not None for c in cells)
-    for column in columns[:4] + (("started at",) if started else ()) + columns[4:]:
-        table.add_column(column, justify="right")
+    header = [*columns[:4], *(("started at",) if started else ()), *columns[4:]]
+    table = TableRows(header, "politeness at the limit (measured at the server)", tuple(header))
     for c in cells:
         table.add_row(
             f"{c.rate:g}",
@@ -530,7 +557,7 @@ def run_rate_matrix(
             f"{c.retries:,}",
             verdict(c.ok),
         )
-    out.print(table)
+    table.print(out)
     met = sum(c.ok for c in cells)
     out.print(f"{met} of {len(cells)} cells {MET}")
     if markdown:
@@ -539,7 +566,7 @@ def run_rate_matrix(
 
 
 class CountedNight(Protocol):
-    """A night of one cell as the server counted it: our night's, or the ideal pacer's."""
+    """A night of one cell as the server counted it."""
 
     @property
     def share_of_limit(self) -> float: ...
@@ -613,12 +640,8 @@ def print_nights(
 ) -> int:
     """A several-nights table (``--nights``) on the terminal, and as Markdown to ``markdown``:
     ``columns`` (each a name and its markdown alignment) over each cell's ``row``."""
-    table = Table(title=title, title_justify="left")
-    for column, _ in columns:
-        table.add_column(column, justify="right")
-    for c in cells:
-        table.add_row(*row(c))
-    out.print(table)
+    header = [column for column, _ in columns]
+    print_table(header, [tuple(row(c)) for c in cells], title=title, right_aligned=tuple(header), out=out)
     out.print(nights_footer(cells))
     if markdown:
         Path(markdown).write_text(nights_markdown(columns, row, cells), encoding="utf-8")
@@ -729,11 +752,9 @@ def run_history_cost(clients: int, change_share: float = 0.05) -> int:
                 settings, data_dir, today, options=SyncOptions(build=False, whole_history=whole)
             )
             rows.append((label, night))
-    table = Table(
-        title=f"the next night after {changed:,} of {clients:,} clients changed", title_justify="left"
-    )
-    for column in ("history", "clients synced", "requests", "MB received", "bytes per client"):
-        table.add_column(column, justify="right")
+    header = ["history", "clients synced", "requests", "MB received", "bytes per client"]
+    title = f"the next night after {changed:,} of {clients:,} clients changed"
+    table = TableRows(header, title, tuple(header))
     table.add_row(
         "(the full night)", f"{full.clients:,}", f"{full.requests:,}", f"{full.bytes_received / 1e6:,.1f}", ""
     )
@@ -745,7 +766,7 @@ def run_history_cost(clients: int, change_share: float = 0.05) -> int:
             f"{night.bytes_received / 1e6:,.2f}",
             f"{night.bytes_received / max(night.clients, 1):,.0f}",
         )
-    out.print(table)
+    table.print(out)
     return 0
 
 
@@ -779,18 +800,14 @@ def sandbox_only_bench(clients: list[int]) -> int:
     """The sandbox engineer's benchmark (the server alone), one row per client count."""
     from membersync.flows.benchmarks.sandbox import run_sandbox_bench
 
-    table = Table(title="sandbox only", title_justify="left")
     results = []
     for count in clients:
         err.print(f"[bold]sandbox alone, {count:,} clients[/] ...")
         results.append(run_sandbox_bench(count))
     keys = list(dict.fromkeys(k for r in results for k in r))
-    table.add_column("figure")
-    for count in clients:
-        table.add_column(f"{count:,} clients", justify="right")
-    for key in keys:
-        table.add_row(key, *(str(r.get(key, "")) for r in results))
-    out.print(table)
+    counts = [f"{count:,} clients" for count in clients]
+    rows = [(key, *(str(r.get(key, "")) for r in results)) for key in keys]
+    print_table(["figure", *counts], rows, title="sandbox only", right_aligned=tuple(counts), out=out)
     return 0
 
 

@@ -1,0 +1,48 @@
+"""What a report is to its exports: how it is read and totalled (:class:`Report`, :class:`TotalRow`)
+and one night of it as read (:class:`ReportTable`). Declared apart from the exports so that the
+CSV writer (:mod:`membersync.warehouse.export`) and the workbook (:mod:`membersync.warehouse.workbook`)
+both read it without importing each other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TotalRow:
+    """How a store report's TOTAL row is made: sums, and ratios recomputed from the sums."""
+
+    sums: tuple[str, ...]
+    derived: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
+    label_column: str = "storecode"
+
+
+@dataclass(frozen=True)
+class Report:
+    name: str
+    order_by: str
+    per_night: bool = True  # False: the whole history up to the night (business_date <= night)
+    total: TotalRow | None = None
+    sheet: str = ""  # the workbook's sheet title (at most 31 characters, Excel's limit)
+    where: str = ""  # the rows of the night when not per_night's (one ``?``: the night)
+    relation: str = ""  # the view it is read from (default reports.<name>)
+
+    @property
+    def source(self) -> str:
+        return self.relation or f"reports.{self.name}"
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """One report of one night as exported: the same rows feed the CSV and the workbook sheet."""
+
+    report: Report
+    header: list[str]
+    types: list[str]  # the DuckDB type of each column, e.g. "DECIMAL(38,2)", "VARCHAR", "DATE"
+    rows: list[list[Any]]  # in export order; the TOTAL row last when the report has one
+
+    @property
+    def has_total(self) -> bool:
+        return self.report.total is not None
