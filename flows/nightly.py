@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from membersync.extract import eventloop
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
@@ -54,6 +53,7 @@ from membersync.flows import nightgc
 from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.atomic import write_json_atomic
+from membersync.warehouse.manifest import foreign_tenant
 from membersync.warehouse.paths import DataDir
 from membersync.warehouse.shards import add_counts, request_counts, status_counts
 
@@ -334,8 +334,6 @@ class NightRun:
         from membersync.extract.client import ServiceClient
 
         self.data_dir.ensure()
-        from membersync.flows.tenants import foreign_tenant
-
         self.tenant = self.settings.tenant
         refusal = foreign_tenant(((m.snapshot_date, m.tenant) for m in self.zone.manifests()), self.tenant)
         if refusal is not None:
@@ -787,7 +785,7 @@ def run_night(
     interrupted run of the same night, commits, then builds the warehouse (unless
     ``options.build`` is off).
     """
-    return eventloop.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
+    return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
 
 
 # --- what the Prefect flow (membersync.flows.prefect_flow) needs from here -------------------------

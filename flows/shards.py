@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from membersync.extract.settings import ServiceSettings
@@ -96,39 +96,67 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, sta
     log.info(
         "night %s: %d batches over %d shards (%s)", run.night_date, len(pending), len(plan.shards), area.where
     )
-    attempts = dict.fromkeys(plan.shards, 0)
+    watch = _ShardWatch(run, plan, area, launch, stall)
+    async with asyncio.TaskGroup() as group:
+        for shard in plan.shards:
+            group.create_task(watch.until_done(shard))
+    await asyncio.to_thread(collect, run, plan, area)
+    run.shard_stats, run.shard_statuses = await asyncio.to_thread(area.launch_totals)
+    await asyncio.to_thread(area.remove)
 
-    async def until_done(shard: int) -> None:
+
+@dataclass
+class _ShardWatch:
+    """The night's side of its shards: each launched, watched through the area, launched again
+    until its batches are all there (at most :data:`SHARD_ATTEMPTS` launches)."""
+
+    run: Any
+    plan: ShardPlan
+    area: ShardArea
+    launch: Launch
+    stall: float
+    attempts: dict[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.attempts = dict.fromkeys(self.plan.shards, 0)
+
+    async def until_done(self, shard: int) -> None:
         while True:
-            done = await asyncio.to_thread(area.done_batches)
-            if set(plan.batches_of(shard)) <= done:
+            done = await asyncio.to_thread(self.area.done_batches)
+            if set(self.plan.batches_of(shard)) <= done:
                 return
-            if attempts[shard] >= SHARD_ATTEMPTS:
+            if self.attempts[shard] >= SHARD_ATTEMPTS:
                 raise ShardFailed(
-                    f"night {run.night_date}: shard {shard} did not complete after {attempts[shard]} "
-                    f"launches; its finished batches are kept, rerun the night to resume"
+                    f"night {self.run.night_date}: shard {shard} did not complete after "
+                    f"{self.attempts[shard]} launches; its finished batches are kept, "
+                    "rerun the night to resume"
                 )
-            attempts[shard] += 1
-            completed = await watched(shard)
+            self.attempts[shard] += 1
+            completed = await self.watched(shard)
             if not completed:
                 log.warning(
-                    "night %s: shard %d (launch %d) did not complete", run.night_date, shard, attempts[shard]
+                    "night %s: shard %d (launch %d) did not complete",
+                    self.run.night_date,
+                    shard,
+                    self.attempts[shard],
                 )
 
-    async def progress(shard: int) -> tuple[int, int]:
-        done = len(set(plan.batches_of(shard)) & await asyncio.to_thread(area.done_batches))
-        return done, await asyncio.to_thread(area.beats, shard)
+    async def progress(self, shard: int) -> tuple[int, int]:
+        """The shard's signs of life: (its batches in the area, its beats)."""
+        done = len(set(self.plan.batches_of(shard)) & await asyncio.to_thread(self.area.done_batches))
+        return done, await asyncio.to_thread(self.area.beats, shard)
 
-    async def watched(shard: int) -> bool:
+    async def watched(self, shard: int) -> bool:
+        """One launch of ``shard``, until its run ends or shows no life: whether it completed."""
         started = asyncio.Event()
-        launched: asyncio.Task[bool] = asyncio.create_task(launch(plan, shard, started))
-        seen, since, running = await progress(shard), time.monotonic(), False
+        launched: asyncio.Task[bool] = asyncio.create_task(self.launch(self.plan, shard, started))
+        seen, since, running = await self.progress(shard), time.monotonic(), False
         while True:
             if launched.done():
                 await asyncio.sleep(PROGRESS_POLL)
             else:
                 await asyncio.wait({launched}, timeout=PROGRESS_POLL)
-            now_seen = await progress(shard)
+            now_seen = await self.progress(shard)
             if now_seen != seen or (started.is_set() and not running):
                 seen, since, running = now_seen, time.monotonic(), started.is_set()
             quiet = time.monotonic() - since
@@ -141,21 +169,14 @@ async def fan_out(run: Any, pending: list[str], shards: int, launch: Launch, sta
                 if quiet < 3 * SHARD_BEAT:
                     continue
                 return False
-            limit = stall if running else START_PATIENCE * stall
+            limit = self.stall if running else START_PATIENCE * self.stall
             if quiet > limit:
-                night, what = run.night_date, "showed no life" if running else "did not start"
+                night, what = self.run.night_date, "showed no life" if running else "did not start"
                 log.warning("night %s: shard %d %s for %.0f s; given up", night, shard, what, limit)
                 launched.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await launched
                 return False
-
-    async with asyncio.TaskGroup() as group:
-        for shard in plan.shards:
-            group.create_task(until_done(shard))
-    await asyncio.to_thread(collect, run, plan, area)
-    run.shard_stats, run.shard_statuses = await asyncio.to_thread(area.launch_totals)
-    await asyncio.to_thread(area.remove)
 
 
 def collect(run: Any, plan: ShardPlan, area: ShardArea) -> None:
@@ -185,47 +206,9 @@ async def land_shard(
     mine = plan.batches_of(shard)
     done = await asyncio.to_thread(plan_area.done_batches)
     todo = [b for b in mine if b not in done]
-    tz = TimezoneLookup.from_stores(plan.stores)
-    window = window_of(plan)
-    affiliated = frozenset(plan.affiliated)
-    slots = asyncio.Semaphore(batches_in_flight)
-    launch = uuid.uuid4().hex[:12]
-    beat = 0
-
+    launch = _ShardLaunch(plan_area, shard, plan, batches_in_flight)
     async with ServiceClient.from_settings(settings, client_options) as client:
-
-        async def record() -> None:
-            nonlocal beat
-            beat += 1
-            totals, statuses = request_counts(client.stats), status_counts(client.stats)
-            await asyncio.to_thread(plan_area.write_launch_stats, shard, launch, beat, totals, statuses)
-
-        async def beating() -> None:  # proof of life for the night's watchdog, every SHARD_BEAT s
-            while True:
-                await record()
-                await asyncio.sleep(SHARD_BEAT)
-
-        async def one(batch_id: str) -> None:
-            batch = B.Batch(batch_id, tuple(map(B.ClientRef.of, plan.batches[batch_id])))
-            async with slots:  # as NightRun's batches: a slot is held until the batch is written
-                raw = await B.fetch_batch_raw(client, batch, window, affiliated)
-                typed = await asyncio.to_thread(B.type_batch, raw, tz)
-                clients = B.client_numbers(batch)
-                await asyncio.to_thread(
-                    plan_area.write_batch, batch_id, typed.tables, typed.quarantine_table, clients
-                )
-                await record()
-
-        beater = asyncio.create_task(beating())
-        try:
-            async with asyncio.TaskGroup() as group:
-                for batch_id in todo:
-                    group.create_task(one(batch_id))
-        finally:
-            beater.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beater
-        await record()
+        await launch.fetch(client, todo)
         requests = int(client.stats.requests)
     log.info(
         "night %s shard %d: %d batches fetched, %d kept from an earlier launch, %d requests",
@@ -236,3 +219,53 @@ async def land_shard(
         requests,
     )
     return {"batches": len(todo), "kept": len(mine) - len(todo), "requests": requests}
+
+
+class _ShardLaunch:
+    """One launch of a shard (a worker's run): its batches fetched ``batches_in_flight`` at a
+    time and each written to the area, with the launch's request counts as its beats."""
+
+    def __init__(self, area: ShardArea, shard: int, plan: ShardPlan, batches_in_flight: int) -> None:
+        self.area, self.shard, self.plan = area, shard, plan
+        self.tz = TimezoneLookup.from_stores(plan.stores)
+        self.window = window_of(plan)
+        self.affiliated = frozenset(plan.affiliated)
+        self.slots = asyncio.Semaphore(batches_in_flight)
+        self.launch = uuid.uuid4().hex[:12]  # a launch's counts are its own: a relaunch adds, not replaces
+        self.beat = 0
+
+    async def fetch(self, client: Any, todo: list[str]) -> None:
+        beater = asyncio.create_task(self.beating(client))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for batch_id in todo:
+                    group.create_task(self.one(client, batch_id))
+        finally:
+            beater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beater
+        await self.record(client)
+
+    async def record(self, client: Any) -> None:
+        self.beat += 1
+        totals, statuses = request_counts(client.stats), status_counts(client.stats)
+        await asyncio.to_thread(
+            self.area.write_launch_stats, self.shard, self.launch, self.beat, totals, statuses
+        )
+
+    async def beating(self, client: Any) -> None:
+        """Proof of life for the night's watchdog, every SHARD_BEAT s."""
+        while True:
+            await self.record(client)
+            await asyncio.sleep(SHARD_BEAT)
+
+    async def one(self, client: Any, batch_id: str) -> None:
+        batch = B.Batch(batch_id, tuple(map(B.ClientRef.of, self.plan.batches[batch_id])))
+        async with self.slots:  # as NightRun's batches: a slot is held until the batch is written
+            raw = await B.fetch_batch_raw(client, batch, self.window, self.affiliated)
+            typed = await asyncio.to_thread(B.type_batch, raw, self.tz)
+            clients = B.client_numbers(batch)
+            await asyncio.to_thread(
+                self.area.write_batch, batch_id, typed.tables, typed.quarantine_table, clients
+            )
+            await self.record(client)

@@ -411,78 +411,98 @@ async def deploy_tenants(tenants_file: Path, tenants: list[Tenant], pool: str) -
     Returns one line per thing done. Needs ``PREFECT_API_URL`` (and ``PREFECT_API_AUTH_STRING``
     when the server requires basic auth)."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import (
-        GlobalConcurrencyLimitCreate,
-        GlobalConcurrencyLimitUpdate,
-        WorkPoolCreate,
-    )
-    from prefect.deployments.runner import RunnerDeployment
-    from prefect.exceptions import ObjectNotFound
-    from prefect.schedules import Cron
-    from prefect.types.entrypoint import EntrypointType
 
     done = []
     async with get_client() as client:
-        try:
-            await client.read_work_pool(pool)
-            done.append(f"work pool {pool}: exists")
-        except ObjectNotFound:
-            await client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
-            done.append(f"work pool {pool}: created (process)")
+        done.append(await _ensure_work_pool(client, pool))
         for tenant in tenants:
-            if tenant.rate is None:
-                continue
-            name = rate_limit_name(tenant.name)
-            size = bucket_size(tenant.rate)
-            try:
-                await client.read_global_concurrency_limit_by_name(name)
-                await client.update_global_concurrency_limit(
-                    name,
-                    GlobalConcurrencyLimitUpdate(limit=size, slot_decay_per_second=tenant.rate, active=True),
-                )
-            except ObjectNotFound:
-                await client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(
-                        name=name, limit=size, slot_decay_per_second=tenant.rate, active=True
-                    )
-                )
-            done.append(f"rate limit {name}: {tenant.rate:g} req/s, bucket {size}")
+            if tenant.rate is not None:
+                done.append(await _ensure_rate_limit(client, tenant.name, tenant.rate))
     # Runs send heartbeats; the automation marks a run whose heartbeats stopped (its worker was
     # killed, its machine lost) Crashed, so a night waiting on a shard launches it again.
     env = {TENANTS_FILE_ENV: str(tenants_file), "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS)}
     done.append(await ensure_zombie_automation())
     for tenant in tenants:
-        deployment = RunnerDeployment.from_flow(
-            tenant_night,
-            name=tenant.name,
-            schedules=[Cron(tenant.schedule, timezone=tenant.timezone)],
-            parameters={"tenant": tenant.name},
-            tags=["membersync", f"tenant:{tenant.name}"],
-            description=f"membersync: the night of tenant {tenant.name}",
-            job_variables={"env": env},
-            entrypoint_type=EntrypointType.MODULE_PATH,
-            concurrency_limit=1,  # one night of a tenant at a time (its data dir's lock agrees)
-        )
-        await deployment.aapply(work_pool_name=pool)
-        done.append(
-            f"deployment {FLOW_NAME}/{tenant.name}: cron {tenant.schedule!r} {tenant.timezone}, pool {pool}"
-        )
+        done.append(await _deploy_night(tenant, env, pool))
         if tenant.shards > 1:
-            shard = RunnerDeployment.from_flow(
-                tenant_shard,
-                name=tenant.name,
-                tags=["membersync", f"tenant:{tenant.name}", "shard"],
-                description=f"membersync: a shard of a night of tenant {tenant.name} (its night starts it)",
-                job_variables={"env": env},
-                entrypoint_type=EntrypointType.MODULE_PATH,
-                work_queue_name=SHARD_QUEUE,
-            )
-            await shard.aapply(work_pool_name=pool)
-            done.append(
-                f"deployment {SHARD_FLOW_NAME}/{tenant.name}: {tenant.shards} shards a night, "
-                f"pool {pool}, queue {SHARD_QUEUE}"
-            )
+            done.append(await _deploy_shard(tenant, env, pool))
     return done
+
+
+async def _ensure_work_pool(client: Any, pool: str) -> str:
+    """The work pool, created (a process pool) only if missing: an existing one is left as set up."""
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        await client.read_work_pool(pool)
+        return f"work pool {pool}: exists"
+    except ObjectNotFound:
+        await client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        return f"work pool {pool}: created (process)"
+
+
+async def _ensure_rate_limit(client: Any, tenant: str, rate: float) -> str:
+    """The tenant's global concurrency limit used as a token bucket: ``rate`` slots decay per
+    second, so the tenant's nights and shards together never ask faster than the service allows."""
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+    from prefect.exceptions import ObjectNotFound
+
+    name = rate_limit_name(tenant)
+    size = bucket_size(rate)
+    try:
+        await client.read_global_concurrency_limit_by_name(name)
+        await client.update_global_concurrency_limit(
+            name,
+            GlobalConcurrencyLimitUpdate(limit=size, slot_decay_per_second=rate, active=True),
+        )
+    except ObjectNotFound:
+        await client.create_global_concurrency_limit(
+            GlobalConcurrencyLimitCreate(name=name, limit=size, slot_decay_per_second=rate, active=True)
+        )
+    return f"rate limit {name}: {rate:g} req/s, bucket {size}"
+
+
+async def _deploy_night(tenant: Tenant, env: dict[str, str], pool: str) -> str:
+    """The tenant's scheduled night deployment."""
+    from prefect.deployments.runner import RunnerDeployment
+    from prefect.schedules import Cron
+    from prefect.types.entrypoint import EntrypointType
+
+    deployment = RunnerDeployment.from_flow(
+        tenant_night,
+        name=tenant.name,
+        schedules=[Cron(tenant.schedule, timezone=tenant.timezone)],
+        parameters={"tenant": tenant.name},
+        tags=["membersync", f"tenant:{tenant.name}"],
+        description=f"membersync: the night of tenant {tenant.name}",
+        job_variables={"env": env},
+        entrypoint_type=EntrypointType.MODULE_PATH,
+        concurrency_limit=1,  # one night of a tenant at a time (its data dir's lock agrees)
+    )
+    await deployment.aapply(work_pool_name=pool)
+    return f"deployment {FLOW_NAME}/{tenant.name}: cron {tenant.schedule!r} {tenant.timezone}, pool {pool}"
+
+
+async def _deploy_shard(tenant: Tenant, env: dict[str, str], pool: str) -> str:
+    """The tenant's shard deployment: no schedule, its night starts the runs, on their own queue."""
+    from prefect.deployments.runner import RunnerDeployment
+    from prefect.types.entrypoint import EntrypointType
+
+    shard = RunnerDeployment.from_flow(
+        tenant_shard,
+        name=tenant.name,
+        tags=["membersync", f"tenant:{tenant.name}", "shard"],
+        description=f"membersync: a shard of a night of tenant {tenant.name} (its night starts it)",
+        job_variables={"env": env},
+        entrypoint_type=EntrypointType.MODULE_PATH,
+        work_queue_name=SHARD_QUEUE,
+    )
+    await shard.aapply(work_pool_name=pool)
+    return (
+        f"deployment {SHARD_FLOW_NAME}/{tenant.name}: {tenant.shards} shards a night, "
+        f"pool {pool}, queue {SHARD_QUEUE}"
+    )
 
 
 def run_deploy_cli(path: str, pool: str, out: Any, err: Any) -> int:

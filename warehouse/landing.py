@@ -43,7 +43,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -540,6 +540,20 @@ def client_digest(clients: Sequence[str]) -> str:
 # --- a night being written --------------------------------------------------------------------------
 
 
+@dataclass
+class _Published:
+    """What a commit published: each table's files (relative to ``landing/``; a table whose
+    batches had no row has none) and rows, and the quarantine's files and rows by table."""
+
+    tables: dict[str, list[str]] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    quarantine_files: list[str] = field(default_factory=list)
+    by_table: dict[str, int] = field(default_factory=dict)
+
+    def table_files(self) -> dict[str, TableFiles]:
+        return {name: TableFiles(tuple(files), self.rows[name]) for name, files in self.tables.items()}
+
+
 class Night:
     """One run of one night: staged batches, then one commit."""
 
@@ -725,30 +739,8 @@ class Night:
         crashpoint("before_commit")
         markers = self._markers()
         _check_complete(self.night, clients_synced, markers)
-        landing = self.zone.data_dir.landing
-        partition = f"snapshot_date={self.night.isoformat()}"
-        tables: dict[str, list[str]] = {}
-        rows: dict[str, int] = {}
-        quarantine_files: list[str] = []
-        by_table: dict[str, int] = {}
         try:
-            moved_into: set[Path] = set()
-            for batch, body in markers:
-                for name, count in sorted(body["tables"].items()):
-                    tables.setdefault(name, [])
-                    rows[name] = rows.get(name, 0) + count
-                    if count:
-                        rel = f"{name}/{partition}/part-{self.run_id}-{batch}.parquet"
-                        self._publish(self.batches / batch / f"{name}.parquet", landing / rel, moved_into)
-                        tables[name].append(rel)
-                if body["quarantine"]:
-                    rel = f"{QUARANTINE_DIR}/{partition}/part-{self.run_id}-{batch}.parquet"
-                    self._publish(self.batches / batch / QUARANTINE_FILE, landing / rel, moved_into)
-                    quarantine_files.append(rel)
-                    for name, count in body["quarantine"].items():
-                        by_table[name] = by_table.get(name, 0) + count
-            for folder in moved_into:
-                fsync_dir(folder)
+            published = self._publish_batches(markers)
             crashpoint("after_publish")
             manifest = Manifest(
                 snapshot_date=self.night,
@@ -757,9 +749,9 @@ class Night:
                 committed_at=f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
                 watermark=watermark,
                 clients_synced=clients_synced,
-                tables={name: TableFiles(tuple(files), rows[name]) for name, files in tables.items()},
-                quarantine=TableFiles(tuple(quarantine_files), sum(by_table.values())),
-                quarantine_by_table=by_table,
+                tables=published.table_files(),
+                quarantine=TableFiles(tuple(published.quarantine_files), sum(published.by_table.values())),
+                quarantine_by_table=published.by_table,
                 stats=stats,
                 tenant=tenant,
             )
@@ -780,6 +772,31 @@ class Night:
         crashpoint("after_commit")
         self._after_commit(manifest)
         return manifest
+
+    def _publish_batches(self, markers: list[tuple[str, dict[str, Any]]]) -> _Published:
+        """Move every done batch's files to their published names under ``landing/`` (a file
+        already moved by an interrupted commit is taken as it is), then fsync the folders."""
+        landing = self.zone.data_dir.landing
+        partition = f"snapshot_date={self.night.isoformat()}"
+        published = _Published()
+        moved_into: set[Path] = set()
+        for batch, body in markers:
+            for name, count in sorted(body["tables"].items()):
+                published.tables.setdefault(name, [])
+                published.rows[name] = published.rows.get(name, 0) + count
+                if count:
+                    rel = f"{name}/{partition}/part-{self.run_id}-{batch}.parquet"
+                    self._publish(self.batches / batch / f"{name}.parquet", landing / rel, moved_into)
+                    published.tables[name].append(rel)
+            if body["quarantine"]:
+                rel = f"{QUARANTINE_DIR}/{partition}/part-{self.run_id}-{batch}.parquet"
+                self._publish(self.batches / batch / QUARANTINE_FILE, landing / rel, moved_into)
+                published.quarantine_files.append(rel)
+                for name, count in body["quarantine"].items():
+                    published.by_table[name] = published.by_table.get(name, 0) + count
+        for folder in moved_into:
+            fsync_dir(folder)
+        return published
 
     def _after_commit(self, manifest: Manifest) -> None:
         """State and cleanup: a failure here loses nothing (recover() finishes the job)."""

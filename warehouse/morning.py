@@ -144,6 +144,26 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
     (``store``: that store's only)."""
     first = night - dt.timedelta(days=TREND_NIGHTS - 1)
     window = [first, night, store, store]
+    debt = _debt_points(con, window)
+    frozen_rate, active = _membership_points(con, window)
+    mrr = _mrr_points(con, window)
+    revenue = _revenue_points(con, window)
+    return [
+        Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
+        Chart(
+            "frozen-rate", "Frozen rate (frozen / active + frozen)", _line_chart(frozen_rate, "rate", ".1%")
+        ),
+        Chart("active-members", "Active members", _line_chart(active, "members", ",d")),
+        Chart("mrr", "MRR (monthly dues of active EFT memberships)", _line_chart(mrr, "mrr", "$,.0f")),
+        Chart("revenue", "Revenue by day (before tax)", _bar_chart(revenue)),
+    ]
+
+
+# The trends' points: ``window`` is [first night, last night, store, store] (see _OF_STORE).
+
+
+def _debt_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:
+    """What is owed each night, the chain's (or the store's) sum, one point per age bucket."""
     aging = _query(
         con,
         "SELECT snapshot_date, sum(owed_0_29) AS owed_0_29, sum(owed_30_59) AS owed_30_59, "
@@ -153,11 +173,18 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
         + " GROUP BY 1 ORDER BY 1",
         window,
     )
-    debt = [
+    return [
         {"night": r["snapshot_date"].isoformat(), "bucket": label, "order": i, "amount": float(r[col])}
         for r in aging
         for i, (col, label) in enumerate(BUCKETS)
     ]
+
+
+def _membership_points(
+    con: duckdb.DuckDBPyConnection, window: list[Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(frozen rate, active members) of each store each night, from one read of the report
+    (a store without an active or frozen membership has no rate: no point)."""
     statuses = _query(
         con,
         "SELECT snapshot_date, storecode, store_name, active, frozen, frozen_rate "
@@ -175,7 +202,11 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
         {"night": r["snapshot_date"].isoformat(), "store": r["store_name"], "members": int(r["active"])}
         for r in statuses
     ]
-    mrr = [
+    return frozen_rate, active
+
+
+def _mrr_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:
+    return [
         {"night": r["snapshot_date"].isoformat(), "store": r["store_name"], "mrr": float(r["mrr"])}
         for r in _query(
             con,
@@ -184,7 +215,11 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
             window,
         )
     ]
-    revenue = [
+
+
+def _revenue_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:
+    """Revenue per store per business day (days, not nights: a sale belongs to the day it was made)."""
+    return [
         {
             "day": r["business_date"].isoformat(),
             "store": r["storecode"].rstrip(),
@@ -196,15 +231,6 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
             "WHERE business_date BETWEEN ? AND ?" + _OF_STORE + " GROUP BY 1, 2 ORDER BY 1, 2",
             window,
         )
-    ]
-    return [
-        Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
-        Chart(
-            "frozen-rate", "Frozen rate (frozen / active + frozen)", _line_chart(frozen_rate, "rate", ".1%")
-        ),
-        Chart("active-members", "Active members", _line_chart(active, "members", ",d")),
-        Chart("mrr", "MRR (monthly dues of active EFT memberships)", _line_chart(mrr, "mrr", "$,.0f")),
-        Chart("revenue", "Revenue by day (before tax)", _bar_chart(revenue)),
     ]
 
 

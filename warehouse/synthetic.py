@@ -136,44 +136,15 @@ class History:
 
 
 def _client_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
+    """Every row a sync lands for one client, by table: its current state, then its **whole**
+    sales and points history (the key order is the tables' order in a night)."""
+    return {**_state_rows(c), **_sale_rows(c), "points_transactions": _points_rows(c)}
+
+
+def _state_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
+    """The client's current state: identity, balances, membership, billing, preferences."""
     n = c.number
     i = int(n)
-    sales_rows = [
-        {
-            "client_number": n,
-            "receipt_number": s.receipt,
-            "transaction_date": s.when,
-            "storecode": s.storecode,
-            "emp_no": "E1",
-            "status": s.status,
-        }
-        for s in c.sales
-    ]
-    line_rows = [
-        {
-            "client_number": n,
-            "receipt_number": s.receipt,
-            "line_no": k,
-            "type": t,
-            "quantity": q,
-            "price_per_unit": p,
-            "amount": p * q,
-            "tax": (p * q * Decimal("0.08")).quantize(CENT),
-        }
-        for s in c.sales
-        for k, (t, q, p) in enumerate(s.lines, start=1)
-    ]
-    payment_rows = [
-        {
-            "client_number": n,
-            "receipt_number": s.receipt,
-            "payment_id": f"Y{s.receipt}",
-            "payment_type": "VISA",
-            "amount": sum((p * q for _, q, p in s.lines), start=Decimal("0.00")),
-            "date": s.when,
-        }
-        for s in c.sales
-    ]
     return {
         "synced_clients": [{"client_number": n, "home_store": c.store, "last_modified": c.last_modified}],
         "clients": [
@@ -186,20 +157,7 @@ def _client_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
             }
         ],
         "ledger_balances": [{"client_number": n, "storecode": c.store, "balance": c.balance}],
-        "memberships": [
-            {
-                "client_number": n,
-                "membership_id": f"M{n}",
-                "membership_type_id": "EFT1" if c.is_eft else "PIF",
-                "name": "Gold",
-                "is_eft": c.is_eft,
-                "status": c.status,
-                "storecode": c.store,
-                "draw_day": (1, 15)[i % 2] if c.is_eft else None,
-                "monthly_dues": Decimal("39.99") if c.is_eft else None,
-                "price": None if c.is_eft else Decimal("499.00"),
-            }
-        ],
+        "memberships": [_membership_row(c)],
         "points_balances": [{"client_number": n, "storecode": c.store, "points": c.points}],
         "billing_accounts": (
             [{"client_number": n, "billing_account_id": f"B{n}", "membership_id": f"M{n}", "type": "CARD"}]
@@ -207,21 +165,81 @@ def _client_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
             else []
         ),
         "comm_prefs": [{"client_number": n, "email": True, "sms": i % 2 == 0}],
-        "transactions": sales_rows,
-        "transaction_lines": line_rows,
-        "transaction_payments": payment_rows,
-        "points_transactions": [
+    }
+
+
+def _membership_row(c: Client) -> dict[str, Any]:
+    """The client's one membership: billed monthly (EFT, on day 1 or 15) or paid in full."""
+    n = c.number
+    return {
+        "client_number": n,
+        "membership_id": f"M{n}",
+        "membership_type_id": "EFT1" if c.is_eft else "PIF",
+        "name": "Gold",
+        "is_eft": c.is_eft,
+        "status": c.status,
+        "storecode": c.store,
+        "draw_day": (1, 15)[int(n) % 2] if c.is_eft else None,
+        "monthly_dues": Decimal("39.99") if c.is_eft else None,
+        "price": None if c.is_eft else Decimal("499.00"),
+    }
+
+
+def _sale_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
+    """Every sale of the client: its transaction, its lines (8 % tax) and one payment of the total."""
+    n = c.number
+    return {
+        "transactions": [
             {
                 "client_number": n,
-                "points_transaction_id": pid,
-                "date": when,
-                "storecode": c.store,
-                "points": points,
-                "reason": "sale",
+                "receipt_number": s.receipt,
+                "transaction_date": s.when,
+                "storecode": s.storecode,
+                "emp_no": "E1",
+                "status": s.status,
             }
-            for pid, when, points in c.points_events
+            for s in c.sales
+        ],
+        "transaction_lines": [
+            {
+                "client_number": n,
+                "receipt_number": s.receipt,
+                "line_no": k,
+                "type": t,
+                "quantity": q,
+                "price_per_unit": p,
+                "amount": p * q,
+                "tax": (p * q * Decimal("0.08")).quantize(CENT),
+            }
+            for s in c.sales
+            for k, (t, q, p) in enumerate(s.lines, start=1)
+        ],
+        "transaction_payments": [
+            {
+                "client_number": n,
+                "receipt_number": s.receipt,
+                "payment_id": f"Y{s.receipt}",
+                "payment_type": "VISA",
+                "amount": sum((p * q for _, q, p in s.lines), start=Decimal("0.00")),
+                "date": s.when,
+            }
+            for s in c.sales
         ],
     }
+
+
+def _points_rows(c: Client) -> list[dict[str, Any]]:
+    return [
+        {
+            "client_number": c.number,
+            "points_transaction_id": pid,
+            "date": when,
+            "storecode": c.store,
+            "points": points,
+            "reason": "sale",
+        }
+        for pid, when, points in c.points_events
+    ]
 
 
 def generate(

@@ -42,6 +42,7 @@ import math
 import random
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
@@ -344,6 +345,17 @@ def _storecode(base: str, index: int) -> str:
 
 
 def _configuration(service: Service, rng: random.Random, count: int) -> None:
+    _add_stores(service, count)
+    codes = list(service.stores)
+    _add_catalogue(service, codes)
+    # One store after the other, each drawing from ``rng`` in the same order: the same seed
+    # gives the same employees and credentials.
+    for s, code in enumerate(codes):
+        _add_store_setup(service, rng, s, code)
+
+
+def _add_stores(service: Service, count: int) -> None:
+    """``count`` stores (at least one): the named ones first, then numbered copies of them."""
     for i in range(max(1, count)):
         base, name, city, state, tz, tax = STORES[i % len(STORES)]
         code = _storecode(base, i)
@@ -351,7 +363,11 @@ def _configuration(service: Service, rng: random.Random, count: int) -> None:
             name = f"{name} {i + 1}"
         active = i != closed_store_index(count)
         service.add_store(m.Store(code, name, city, state, tz, active, Decimal(tax)))
-    codes = list(service.stores)
+
+
+def _add_catalogue(service: Service, codes: list[str]) -> None:
+    """What the business sells and asks (packages, membership types, lookups, questions); an
+    item of one store only names it by index, and is chain-wide where that store does not exist."""
 
     def store_of(index: int | None) -> str | None:
         return codes[index] if index is not None and index < len(codes) else None
@@ -373,40 +389,50 @@ def _configuration(service: Service, rng: random.Random, count: int) -> None:
     service.webdoc_names.update(WEBDOCS)
     for q, text, kind, choices in QUESTIONS:
         service.questions[q] = m.ProfileQuestion(q, text, kind, list(choices))
-    for s, code in enumerate(codes):
-        types = [m.PaymentType(*p) for p in PAYMENT_TYPES if not (p[0] == "AMEX" and s % 2 == 1)]
-        service.store_payment_types[code] = types
-        service.store_employees[code] = [
-            m.Employee(
-                f"{(s + 1) * 100 + k:04d}",
-                rng.choice(FIRST),
-                rng.choice(LAST),
-                code,
-                role,
-                active=k != len(ROLES) - 1,  # one former employee per store (seen in history only)
-            )
-            for k, role in enumerate(ROLES)
-        ]
-        service.store_products[code] = [
-            m.Product(f"{s + 1:02d}{k + 1:03d}", name, _d(price), category, code)
-            for k, (name, price, category) in enumerate(PRODUCTS)
-        ]
-        processors = [("POS", "Heartland"), ("EFT", "Authorize.Net")]
-        if s % 2 == 0:
-            processors.append(("EFT", "Paya"))
-        for kind, processor in processors:
-            slug = code.strip().lower().replace(" ", "")
-            service.credentials.append(
-                m.ProcessorCredentials(
-                    code,
-                    kind,
-                    processor,
-                    f"{processor[:2].upper()}-{rng.randrange(10**7, 10**8)}",
-                    username=f"{kind.lower()}_{slug}_{rng.getrandbits(24):06x}",
-                    password=f"pw-{rng.getrandbits(64):016x}",
-                    api_key=f"sk_live_{rng.getrandbits(96):024x}",
-                )
-            )
+
+
+def _add_store_setup(service: Service, rng: random.Random, s: int, code: str) -> None:
+    """Store ``s``'s payment types (no AMEX at every other store), staff, products and
+    payment-processor credentials."""
+    types = [m.PaymentType(*p) for p in PAYMENT_TYPES if not (p[0] == "AMEX" and s % 2 == 1)]
+    service.store_payment_types[code] = types
+    service.store_employees[code] = [
+        m.Employee(
+            f"{(s + 1) * 100 + k:04d}",
+            rng.choice(FIRST),
+            rng.choice(LAST),
+            code,
+            role,
+            active=k != len(ROLES) - 1,  # one former employee per store (seen in history only)
+        )
+        for k, role in enumerate(ROLES)
+    ]
+    service.store_products[code] = [
+        m.Product(f"{s + 1:02d}{k + 1:03d}", name, _d(price), category, code)
+        for k, (name, price, category) in enumerate(PRODUCTS)
+    ]
+    service.credentials.extend(_processor_credentials(rng, s, code))
+
+
+def _processor_credentials(rng: random.Random, s: int, code: str) -> list[m.ProcessorCredentials]:
+    """A store's payment-processor accounts (a second EFT processor at every other store); their
+    username, password and API key are the secrets the client must redact."""
+    processors = [("POS", "Heartland"), ("EFT", "Authorize.Net")]
+    if s % 2 == 0:
+        processors.append(("EFT", "Paya"))
+    slug = code.strip().lower().replace(" ", "")
+    return [
+        m.ProcessorCredentials(
+            code,
+            kind,
+            processor,
+            f"{processor[:2].upper()}-{rng.randrange(10**7, 10**8)}",
+            username=f"{kind.lower()}_{slug}_{rng.getrandbits(24):06x}",
+            password=f"pw-{rng.getrandbits(64):016x}",
+            api_key=f"sk_live_{rng.getrandbits(96):024x}",
+        )
+        for kind, processor in processors
+    ]
 
 
 class _Clients:
@@ -595,58 +621,71 @@ class _Clients:
         draw: _Draw,
         begin_by: dt.date | None = None,
     ) -> m.Membership:
-        rng, anchor, s, until = draw.rng, self.anchor, self.s, draw.until
+        until = draw.until
         begin = draw.day(draw.start, min(until - dt.timedelta(days=30), begin_by or until))
-        end = freeze_start = freeze_end = cancel = None
-        draw_day = dues = price = None
-        if is_eft:
-            eft = s.eft_types[
-                rng.choice([t for t in self.eft_ids if s.eft_types[t].storecode in (None, code)])
-            ]
-            type_id, name, dues = eft.membership_type_id, eft.name, eft.monthly_dues
-            draw_day = rng.choice(DRAW_DAYS)
-            if status == "Frozen":
-                freeze_start = draw.day(max(begin, until - dt.timedelta(days=90)), until)
-                if rng.random() >= 0.3:
-                    freeze_end = freeze_start + dt.timedelta(days=rng.randrange(30, 120))
-            elif status in ("Canceled", "Expired"):
-                end = draw.day(begin, until)
-                cancel = end if status == "Canceled" else None
-        else:
-            non = s.noneft_types[
-                rng.choice([t for t in self.noneft_ids if s.noneft_types[t].storecode in (None, code)])
-            ]
-            type_id, name, price = non.membership_type_id, non.name, non.price
-            term = non.term_months * 31
-            if status in ("Active", "OnHold") and until >= anchor - dt.timedelta(days=term - 10):
-                begin = draw.day(max(draw.start, anchor - dt.timedelta(days=term - 10)), until)
-            elif status in ("Active", "OnHold"):
-                status = "Expired"  # the client's history ends too long ago for a running pass
-            if status == "Expired":
-                latest = min(until, anchor - dt.timedelta(days=1))
-                begin = add_months(latest, -non.term_months) - dt.timedelta(days=rng.randrange(0, 200))
-            end = add_months(begin, non.term_months)
-            if status == "Canceled":
-                cancel = end = draw.day(begin, min(end, until))
-        changed = max(begin, freeze_start or begin, cancel or begin, min(end or begin, until))
+        terms = (self._eft_terms if is_eft else self._noneft_terms)(code, status, begin, draw)
+        # its last change: the latest of its dates, up to the end of the client's history
+        changed = max(
+            terms.begin,
+            terms.freeze_start or terms.begin,
+            terms.cancel or terms.begin,
+            min(terms.end or terms.begin, until),
+        )
         return m.Membership(
             membership_id,
             client.client_number,
-            type_id,
-            name,
+            terms.type_id,
+            terms.name,
             is_eft,
-            status,
+            terms.status,
             code,
-            begin,
-            end,
-            draw_day,
-            dues,
-            price,
-            freeze_start,
-            freeze_end,
-            cancel,
+            terms.begin,
+            terms.end,
+            terms.draw_day,
+            terms.dues,
+            terms.price,
+            terms.freeze_start,
+            terms.freeze_end,
+            terms.cancel,
             self.to_utc(draw.moment(changed), code),
         )
+
+    def _eft_terms(self, code: str, status: str, begin: dt.date, draw: _Draw) -> _Terms:
+        """A monthly-billed membership: a type sold at ``code``, a draw day, and the freeze or
+        end its status implies."""
+        rng, s, until = draw.rng, self.s, draw.until
+        eft = s.eft_types[rng.choice([t for t in self.eft_ids if s.eft_types[t].storecode in (None, code)])]
+        terms = _Terms(eft.membership_type_id, eft.name, status, begin, dues=eft.monthly_dues)
+        terms.draw_day = rng.choice(DRAW_DAYS)
+        if status == "Frozen":
+            terms.freeze_start = draw.day(max(begin, until - dt.timedelta(days=90)), until)
+            if rng.random() >= 0.3:
+                terms.freeze_end = terms.freeze_start + dt.timedelta(days=rng.randrange(30, 120))
+        elif status in ("Canceled", "Expired"):
+            terms.end = draw.day(begin, until)
+            terms.cancel = terms.end if status == "Canceled" else None
+        return terms
+
+    def _noneft_terms(self, code: str, status: str, begin: dt.date, draw: _Draw) -> _Terms:
+        """A paid-in-full pass of a fixed term: a running one began within its term of the anchor
+        (or it has expired), an expired one ended before it."""
+        rng, anchor, s, until = draw.rng, self.anchor, self.s, draw.until
+        non = s.noneft_types[
+            rng.choice([t for t in self.noneft_ids if s.noneft_types[t].storecode in (None, code)])
+        ]
+        term = non.term_months * 31
+        if status in ("Active", "OnHold") and until >= anchor - dt.timedelta(days=term - 10):
+            begin = draw.day(max(draw.start, anchor - dt.timedelta(days=term - 10)), until)
+        elif status in ("Active", "OnHold"):
+            status = "Expired"  # the client's history ends too long ago for a running pass
+        if status == "Expired":
+            latest = min(until, anchor - dt.timedelta(days=1))
+            begin = add_months(latest, -non.term_months) - dt.timedelta(days=rng.randrange(0, 200))
+        terms = _Terms(non.membership_type_id, non.name, status, begin, price=non.price)
+        terms.end = add_months(begin, non.term_months)
+        if status == "Canceled":
+            terms.cancel = terms.end = draw.day(begin, min(terms.end, until))
+        return terms
 
     def billing(self, client: m.Client, ms: m.Membership, k: int, rng: random.Random) -> None:
         account = m.BillingAccount(
@@ -1009,6 +1048,23 @@ class _EdgeCases:
         start, until = self.gen.history_start(client), self.gen.until[client.client_number]
         sold = dt.datetime.combine(start, dt.time(10))
         self.sale(client, 900, sold, "local", paid=dt.datetime.combine(until, dt.time(21, 30)))
+
+
+@dataclass
+class _Terms:
+    """A membership's type, status and dates as drawn, before it becomes an ``m.Membership``."""
+
+    type_id: str
+    name: str
+    status: str
+    begin: dt.date
+    end: dt.date | None = None
+    draw_day: int | None = None  # EFT only
+    dues: Decimal | None = None  # EFT only
+    price: Decimal | None = None  # non-EFT only
+    freeze_start: dt.date | None = None
+    freeze_end: dt.date | None = None
+    cancel: dt.date | None = None
 
 
 class _Draw:

@@ -144,47 +144,7 @@ class Writes(ServiceCore):
         deduct = _req_text(body, "deductType").upper()
         if deduct not in self.deduct_types:
             raise invalid("deductType", "is not an EFT deduct type")
-        fields: dict[str, Any]
-        if kind == "CARD":
-            for name in ("lastFour", "expMonth", "expYear", "tokenId"):
-                if not _given(body, name):
-                    raise missing(name)
-            last_four = str(body["lastFour"])
-            if not re.fullmatch(r"\d{4}", last_four):
-                raise invalid("lastFour", "must be 4 digits")
-            month = _req_int(body, "expMonth")
-            if not 1 <= month <= 12:
-                raise invalid("expMonth", "must be between 1 and 12")
-            year = _req_int(body, "expYear")
-            if not 2000 <= year <= 2100:
-                raise invalid("expYear", "must be a 4-digit year")
-            fields = {
-                "last_four": last_four,
-                "exp_month": month,
-                "exp_year": year,
-                "token_id": _req_text(body, "tokenId"),
-                "vault_token": _text(body, "vaultToken", required=False),
-                "account_no": None,
-                "routing_no": None,
-            }
-        else:
-            for name in ("accountNo", "routingNo"):
-                if not _given(body, name):
-                    raise missing(name)
-            account_no, routing_no = str(body["accountNo"]), str(body["routingNo"])
-            if not re.fullmatch(r"\d{4,17}", account_no):
-                raise invalid("accountNo", "must be 4 to 17 digits")
-            if not re.fullmatch(r"\d{9}", routing_no):
-                raise invalid("routingNo", "must be 9 digits")
-            fields = {
-                "last_four": None,
-                "exp_month": None,
-                "exp_year": None,
-                "token_id": None,
-                "vault_token": None,
-                "account_no": account_no,
-                "routing_no": routing_no,
-            }
+        fields = _card_fields(body) if kind == "CARD" else _checking_fields(body)
         account = next((a for a in client.billing_accounts if a.membership_id == ms.membership_id), None)
         if account is None:
             account = m.BillingAccount(
@@ -619,3 +579,51 @@ class Writes(ServiceCore):
             return {"valid": False, "clientNumber": None}
         user.logins.append(self.now())
         return {"valid": True, "clientNumber": user.client_number}
+
+
+# The billing account's fields from an update_billing_info body, by type. Every field of the
+# other type is set to None: an account switched from card to checking keeps no card detail.
+
+
+def _card_fields(body: JSON) -> dict[str, Any]:
+    for name in ("lastFour", "expMonth", "expYear", "tokenId"):
+        if not _given(body, name):
+            raise missing(name)
+    last_four = str(body["lastFour"])
+    if not re.fullmatch(r"\d{4}", last_four):
+        raise invalid("lastFour", "must be 4 digits")
+    month = _req_int(body, "expMonth")
+    if not 1 <= month <= 12:
+        raise invalid("expMonth", "must be between 1 and 12")
+    year = _req_int(body, "expYear")
+    if not 2000 <= year <= 2100:
+        raise invalid("expYear", "must be a 4-digit year")
+    return {
+        "last_four": last_four,
+        "exp_month": month,
+        "exp_year": year,
+        "token_id": _req_text(body, "tokenId"),
+        "vault_token": _text(body, "vaultToken", required=False),
+        "account_no": None,
+        "routing_no": None,
+    }
+
+
+def _checking_fields(body: JSON) -> dict[str, Any]:
+    for name in ("accountNo", "routingNo"):
+        if not _given(body, name):
+            raise missing(name)
+    account_no, routing_no = str(body["accountNo"]), str(body["routingNo"])
+    if not re.fullmatch(r"\d{4,17}", account_no):
+        raise invalid("accountNo", "must be 4 to 17 digits")
+    if not re.fullmatch(r"\d{9}", routing_no):
+        raise invalid("routingNo", "must be 9 digits")
+    return {
+        "last_four": None,
+        "exp_month": None,
+        "exp_year": None,
+        "token_id": None,
+        "vault_token": None,
+        "account_no": account_no,
+        "routing_no": routing_no,
+    }

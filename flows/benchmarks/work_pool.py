@@ -120,7 +120,34 @@ def run_configuration(
     """One fresh server, ``workers`` workers, ``tenants`` sandboxes: every night at once."""
     procs: list[subprocess.Popen[bytes]] = []
     names = [f"t{i}" for i in range(1, tenants + 1)]
-    sandboxes = {
+    sandboxes = _start_sandboxes(names, clients, rate, latency_ms)
+    try:
+        port = free_port()
+        api = f"http://127.0.0.1:{port}/api"
+        home = root / "prefect-home"
+        procs.append(_start_server(root, port, home))
+        wait_healthy(api, 180, procs[0])
+        tenants_file = root / "tenants.toml"
+        tenants_file.write_text(tenants_toml(sandboxes, root / "data", rate, shards), encoding="utf-8")
+        env = _worker_env(api, home, sandboxes)
+        deploy = [str(BIN / "membersync"), "deploy", str(tenants_file), "--pool", POOL]
+        subprocess.run(deploy, env=env, check=True, capture_output=True, timeout=300)
+        for i in range(1, workers + 1):
+            procs.append(_start_worker(root, i, env))
+        wall, runs = _run_every_night(api, home, names)
+        states = {r.name: r.state_type.value for r in runs.values()}
+        return wall, [_figures(name, sb, clients, states) for name, sb in sandboxes.items()]
+    finally:
+        _stop(procs)
+        for sb in sandboxes.values():
+            sb.stop()
+
+
+def _start_sandboxes(
+    names: list[str], clients: int, rate: float, latency_ms: float
+) -> dict[str, RunningSandbox]:
+    """One sandbox per tenant, each with its own data (seed) and credentials, limited to ``rate``."""
+    return {
         name: start_in_thread(
             SandboxConfig.checked(
                 clients=clients,
@@ -134,74 +161,61 @@ def run_configuration(
         )
         for i, name in enumerate(names)
     }
-    try:
-        port = free_port()
-        api = f"http://127.0.0.1:{port}/api"
-        home = root / "prefect-home"
-        server = {**server_env(port), "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-        server.pop("PREFECT_API_URL", None)
-        procs.append(
-            _start(
-                root / "server.log", [str(BIN / "prefect"), "server", "start", "--port", str(port)], server
-            )
-        )
-        wait_healthy(api, 180, procs[0])
-        tenants_file = root / "tenants.toml"
-        tenants_file.write_text(tenants_toml(sandboxes, root / "data", rate, shards), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MEMBERSYNC_"))}
-        env |= {
-            "PREFECT_HOME": str(home),
-            "PREFECT_API_URL": api,
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "PREFECT_WORKER_PREFETCH_SECONDS": "5",
-            "MEMBERSYNC_AUDIT_MAX_REQUESTS": "0",
-        }
-        for name, sb in sandboxes.items():
-            upper = name.upper()
-            env[f"{upper}_USERNAME"], env[f"{upper}_PASSWORD"] = sb.config.username, sb.config.password
-        deploy = [str(BIN / "membersync"), "deploy", str(tenants_file), "--pool", POOL]
-        subprocess.run(deploy, env=env, check=True, capture_output=True, timeout=300)
-        for i in range(1, workers + 1):
-            cmd = [
-                str(BIN / "prefect"),
-                "worker",
-                "start",
-                "--pool",
-                POOL,
-                "--type",
-                "process",
-                "--name",
-                f"w{i}",
-            ]
-            procs.append(_start(root / f"worker-{i}.log", cmd, env))
-        from prefect.deployments import run_deployment
-        from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
-        with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_HOME: str(home)}):
-            started = time.monotonic()
-            ids = [run_deployment(f"{FLOW_NAME}/{name}", timeout=0).id for name in names]  # type: ignore[union-attr]
-            runs = asyncio.run(_wait(ids))
-            wall = time.monotonic() - started
-        states = {r.name: r.state_type.value for r in runs.values()}
-        figures = []
-        for name, sb in sandboxes.items():
-            passed, refused = Counter(sb.stats.passed_per_second), Counter(sb.stats.refused_per_second)
-            figures.append(
-                TenantFigures(
-                    name,
-                    clients,
-                    sum(passed.values()),
-                    served_rate(passed),
-                    sum(refused.values()),
-                    states.get(name, "?"),
-                )
-            )
-        return wall, figures
-    finally:
-        _stop(procs)
-        for sb in sandboxes.values():
-            sb.stop()
+
+def _start_server(root: Path, port: int, home: Path) -> subprocess.Popen[bytes]:
+    server = {**server_env(port), "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    server.pop("PREFECT_API_URL", None)
+    return _start(root / "server.log", [str(BIN / "prefect"), "server", "start", "--port", str(port)], server)
+
+
+def _worker_env(api: str, home: Path, sandboxes: dict[str, RunningSandbox]) -> dict[str, str]:
+    """The environment of ``membersync deploy`` and the workers: this server, no setting of the
+    caller's (PREFECT_*, MEMBERSYNC_*), and every tenant's credentials under the names the
+    tenants file gives."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MEMBERSYNC_"))}
+    env |= {
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+        "MEMBERSYNC_AUDIT_MAX_REQUESTS": "0",
+    }
+    for name, sb in sandboxes.items():
+        upper = name.upper()
+        env[f"{upper}_USERNAME"], env[f"{upper}_PASSWORD"] = sb.config.username, sb.config.password
+    return env
+
+
+def _start_worker(root: Path, i: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    cmd = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process", "--name", f"w{i}"]
+    return _start(root / f"worker-{i}.log", cmd, env)
+
+
+def _run_every_night(api: str, home: Path, names: list[str]) -> tuple[float, dict[Any, Any]]:
+    """Trigger every tenant's night at once; the wall time until the last one ended, and the runs."""
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_HOME: str(home)}):
+        started = time.monotonic()
+        ids = [run_deployment(f"{FLOW_NAME}/{name}", timeout=0).id for name in names]  # type: ignore[union-attr]
+        runs = asyncio.run(_wait(ids))
+        wall = time.monotonic() - started
+    return wall, runs
+
+
+def _figures(name: str, sb: RunningSandbox, clients: int, states: dict[str, str]) -> TenantFigures:
+    passed, refused = Counter(sb.stats.passed_per_second), Counter(sb.stats.refused_per_second)
+    return TenantFigures(
+        name,
+        clients,
+        sum(passed.values()),
+        served_rate(passed),
+        sum(refused.values()),
+        states.get(name, "?"),
+    )
 
 
 def report(label: str, wall: float, figures: list[TenantFigures], rate: float) -> None:
