@@ -179,6 +179,11 @@ def test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_ex
     assert all(before[c.number] for c in every), "the scan must find every canary before it is forgotten"
 
     forgotten = [canaries["alpha"], canaries["beta"]]
+    dry = ws.sync(["forget", *(c.number for c in forgotten), "--reason", "test", "--dry-run"])
+    assert dry.status == 0 and "2 client(s) to forget" in dry.stdout and "would remove" in dry.stdout, (
+        dry.describe()
+    )
+    assert scan_everything(ws, every) == before, "a dry run changes nothing"
     outcome = ws.sync(["forget", *(c.number for c in forgotten), "--reason", "test: GDPR art. 17"])
     assert outcome.status == 0, outcome.describe()
     keys = forgotten_keys(ws, forgotten)

@@ -14,6 +14,7 @@ next run (landing a year of 100,000 clients takes longer than everything measure
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -34,6 +35,7 @@ class Forgotten:
     seconds: float
     bytes_written: int
     landed_bytes: int
+    peak_rss_mb: float
 
     @property
     def share(self) -> float:
@@ -62,28 +64,30 @@ def forget(data_dir: DataDir, numbers: list[str], key_file: Path) -> Forgotten:
     env.update(MEMBERSYNC_DATA_DIR=str(data_dir.root), MEMBERSYNC_ERASURE_KEY_FILE=str(key_file))
     listing = data_dir.root.parent / f"forget-{len(numbers)}.txt"
     listing.write_text("\n".join(numbers) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "membersync.flows.cli", "forget", "--from-file", str(listing)]
     started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "membersync.flows.cli",
-            "forget",
-            "--from-file",
-            str(listing),
-            "--reason",
-            "bench",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    seconds = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"forget failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            [*command, "--reason", "bench"], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (KiB on Linux)
+        seconds = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            stderr.seek(0)
+            message = stderr.read().decode(errors="replace").strip()[-500:]
+            raise RuntimeError(f"forget failed ({proc.returncode}): {message}")
     after = files_of(data_dir)
     written = sum(size for path, (size, inode) in after.items() if before.get(path, (0, -1))[1] != inode)
-    return Forgotten(len(numbers), seconds, written, landed)
+    return Forgotten(len(numbers), seconds, written, landed, usage.ru_maxrss / 1024)
+
+
+def already_forgotten(data_dir: DataDir) -> int:
+    """Clients the register already holds: a rerun on the same workdir forgets the next ones."""
+    register = data_dir.root / "privacy" / "erasures.json"
+    if not register.is_file():
+        return 0
+    return sum(len(e["clients"]) for e in json.loads(register.read_text(encoding="utf-8"))["erasures"])
 
 
 def run(clients: int, nights: int, rate: float, sizes: list[int], workdir: Path) -> list[Forgotten]:
@@ -95,6 +99,7 @@ def run(clients: int, nights: int, rate: float, sizes: list[int], workdir: Path)
     build_warehouse(data_dir)
     pool = [f"{i:06d}" for i in range(1, clients + 1)]
     random.Random(51).shuffle(pool)
+    pool = pool[already_forgotten(data_dir) :]
     out = []
     for size in sizes:
         chosen, pool = pool[:size], pool[size:]
@@ -117,13 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-forget-") as tmp:
             results = run(args.clients, args.nights, args.rate, sizes, Path(tmp))
-    header = "| clients forgotten | wall time (whole process) | bytes written | landed bytes | share |"
+    header = (
+        "| clients forgotten | wall time (whole process) | peak RSS | bytes written | landed bytes | share |"
+    )
     sys.stdout.write(f"{args.clients:,} clients x {args.nights} nights, {args.rate:.0%} a day\n{header}\n")
-    sys.stdout.write("|---|---|---|---|---|\n")
+    sys.stdout.write("|---|---|---|---|---|---|\n")
     for r in results:
         sys.stdout.write(
-            f"| {r.clients:,} | {r.seconds:.1f} s | {r.bytes_written / 1e6:.2f} MB | "
-            f"{r.landed_bytes / 1e6:,.0f} MB | {r.share:.3%} |\n"
+            f"| {r.clients:,} | {r.seconds:.1f} s | {r.peak_rss_mb:,.0f} MB | "
+            f"{r.bytes_written / 1e6:.2f} MB | {r.landed_bytes / 1e6:,.0f} MB | {r.share:.3%} |\n"
         )
     return 0
 
