@@ -10,11 +10,12 @@ touched), never our comparison; the reports' truth is ``tests/truth.py`` (plain 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import math
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,13 @@ import pytest
 import truth
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
 from landed import numbers_by_key, synced_numbers
-from membersync.extract.sandbox.server import RunningSandbox
-from membersync.extract.sandbox.silent import SilentChange, change_silently
-from membersync.extract.settings import Settings, SettingsError
+from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.silent import KINDS, SilentChange, change_silently
+from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
-from membersync.flows.audit_cli import AuditUsageError, parse_clients
+from membersync.flows import nightly
+from membersync.flows.audit_cli import AuditUsageError, _audit, parse_clients
 from membersync.flows.nightly import with_queued
 from membersync.models import tables as T
 from membersync.warehouse.manifest import read_manifest
@@ -37,13 +39,38 @@ from reliability import Outcome, Workspace
 # Three nights, the last one tomorrow (the latest night a sync accepts); data up to the first.
 ANCHOR = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
 NIGHT1, NIGHT2, NIGHT3 = ANCHOR, ANCHOR + dt.timedelta(days=1), ANCHOR + dt.timedelta(days=2)
-# The table (and key) each kind of silent change shows up in.
+# The table each kind of silent change shows up in (and in no other). Every compared table has
+# its own kind: one the audit would miss if that table were dropped from it (see
+# test_every_audited_table_is_needed_to_find_its_kind_of_silent_change). None is only derived
+# from another: a line, a payment or a points transaction can be corrected on its own.
 TABLE_OF_KIND = {
     "ledger": "ledger_balances",
     "membership": "memberships",
     "transaction": "transactions",
     "points": "points_balances",
+    "client": "clients",
+    "identity": "client_identity",  # personal fields: compared as the identity's digest
+    "package": "client_packages",
+    "comm_prefs": "comm_prefs",
+    "billing": "billing_accounts",
+    "line": "transaction_lines",
+    "payment": "transaction_payments",
+    "points_event": "points_transactions",
 }
+
+
+def finding(change: SilentChange) -> tuple[str, str]:
+    """The table and the row key (as the audit writes it) a silent change shows up as: a table
+    keyed by the client alone shows ``-`` (the change's ident names the field there)."""
+    table = TABLE_OF_KIND[change.kind]
+    return table, "-" if T.landed(table).key == ("client_key",) else change.ident
+
+
+def test_every_compared_table_has_a_kind_of_silent_change_and_every_kind_a_compared_table() -> None:
+    """The coupling, without HTTP: dropping a table from ``AUDITED_TABLES`` fails here (and the
+    end-to-end tests below show each kind is really found in its table)."""
+    assert set(TABLE_OF_KIND) == set(KINDS)
+    assert sorted(TABLE_OF_KIND.values()) == sorted(A.COMPARED)  # one kind per table, each compared
 
 
 # --- sampling and settings (no HTTP) ----------------------------------------------------------------
@@ -234,7 +261,12 @@ def synced_on(ws: Workspace, night: dt.date) -> set[str]:
 def expected_findings(changes: dict[str, SilentChange], clients: set[str]) -> dict[str, dict[str, list[str]]]:
     """What the audit must report for ``clients``: each silently changed one, with the one table
     and key the sandbox says it changed; nothing for any other client."""
-    return {n: {TABLE_OF_KIND[c.kind]: [c.ident]} for n, c in sorted(changes.items()) if n in clients}
+    expected: dict[str, dict[str, list[str]]] = {}
+    for number, change in sorted(changes.items()):
+        if number in clients:
+            table, key = finding(change)
+            expected[number] = {table: [key]}
+    return expected
 
 
 def relisted(ws: Workspace, stamps: dict[str, dt.datetime], night: dt.date) -> set[str]:
@@ -258,11 +290,85 @@ def touch_clients(sandbox: RunningSandbox, numbers: list[str]) -> None:
     sandbox.call(write)
 
 
+# --- one silent change of every kind, against one committed night (module-scoped) -----------------
+
+
+EveryKind = tuple[Workspace, dict[str, SilentChange]]
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EveryKind]:
+    """A sandbox synced by one (full) night, then 18 clients changed silently: every kind of
+    silent change (seed 3), each client by one. The audits below run in this process (so a test
+    can patch :mod:`membersync.flows.audit`) and write nothing: the tests share it."""
+    sandbox = start_in_thread(SandboxConfig.checked(clients=60, stores=3, seed=17, anchor_date=ANCHOR))
+    try:
+        ws = make_workspace(tmp_path_factory.mktemp("every-kind"), sandbox)
+        sync(ws, NIGHT1)
+        changes = sandbox.call(lambda s: change_silently(s, 18, seed=3))
+        assert {c.kind for c in changes.values()} == set(KINDS)
+        yield ws, changes
+    finally:
+        sandbox.stop()
+
+
+def audit_here(ws: Workspace, numbers: list[str]) -> dict[str, dict[str, list[str]]]:
+    """The audit of ``numbers`` (as ``membersync audit`` runs it, in this process): number ->
+    table -> row keys of the clients that differ."""
+    config = Settings.load(ws.env())
+    holdings = A.read_holdings(ws.data_dir)
+    keys = holdings.keys
+    sample = sorted(keys[n] for n in numbers)
+    options = nightly.SyncOptions.from_settings(config)
+    settings = ServiceSettings.from_settings(config)
+    result = asyncio.run(_audit(settings, options, ws.data_dir, holdings, sample))
+    numbers_of = {k: n for n, k in keys.items()}
+    return {numbers_of[k]: tables for k, tables in sorted(result.differed.items())}
+
+
+def unchanged_too(ws: Workspace, changes: dict[str, SilentChange]) -> list[str]:
+    """The changed clients and four unchanged ones (a false positive would show)."""
+    others = sorted(set(synced_numbers(ws.data_dir, NIGHT1)) - set(changes))[:4]
+    return sorted([*changes, *others])
+
+
+def test_every_kind_of_silent_change_is_found_in_its_own_table_and_no_other(
+    every_kind: EveryKind,
+) -> None:
+    ws, changes = every_kind
+    found = audit_here(ws, unchanged_too(ws, changes))
+    assert found == expected_findings(changes, set(changes))
+    assert {t for by_table in found.values() for t in by_table} == set(A.COMPARED)
+
+
+# The audited tables, as this file knows them (not read from flows.audit: a table dropped there
+# must fail here). Personal fields (client_identity) are compared beside them, not as one.
+AUDITED = sorted(t for t in TABLE_OF_KIND.values() if t != A.IDENTITY)
+
+
+@pytest.mark.parametrize("table", AUDITED)
+def test_every_audited_table_is_needed_to_find_its_kind_of_silent_change(
+    every_kind: EveryKind, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Case: the audit without ``table`` misses exactly the silent changes that land in it (those
+    clients differ nowhere else) and still finds every other one: the table is what finds them."""
+    ws, changes = every_kind
+    assert table in A.AUDITED_TABLES, f"{table} is not audited: its silent changes go unnoticed"
+    monkeypatch.setattr(A, "AUDITED_TABLES", tuple(t for t in A.AUDITED_TABLES if t != table))
+    monkeypatch.setattr(A, "COMPARED", tuple(t for t in A.COMPARED if t != table))
+    hidden = {n for n, c in changes.items() if TABLE_OF_KIND[c.kind] == table}
+    assert hidden, f"no silent change lands in {table}"
+    found = audit_here(ws, unchanged_too(ws, changes))
+    assert found == expected_findings(changes, set(changes) - hidden)
+
+
 @pytest.mark.slow
 def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_healed(
     fresh_sandbox: Callable[..., RunningSandbox], tmp_path: Path
 ) -> None:
-    """Case: 30 clients changed silently after a committed night (issue 9's must-show)."""
+    """Case: 30 clients changed silently after a committed night (issue 9's must-show), every kind
+    of silent change among them: seed 5 gives each of the 12 kinds 2 or 3 clients, and the
+    on-demand audit of every client finds each kind (in its own table) at least once."""
     sandbox = fresh_sandbox(clients=200, stores=5, seed=11, anchor_date=ANCHOR)
     ws = make_workspace(tmp_path, sandbox, MEMBERSYNC_AUDIT_SHARE="0.25")
     first = sync(ws, NIGHT1)
@@ -271,7 +377,7 @@ def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_hea
 
     stamps = sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()})
     changes = sandbox.call(lambda s: change_silently(s, 30, seed=5))
-    assert len(changes) == 30 and {c.kind for c in changes.values()} == set(TABLE_OF_KIND)
+    assert len(changes) == 30 and {c.kind for c in changes.values()} == set(TABLE_OF_KIND) == set(KINDS)
     assert sandbox.call(lambda s: {n: c.last_modified for n, c in s.clients.items()}) == stamps  # silent
     # Ordinary changes too: two of them to silently changed clients, whom tonight syncs anyway.
     touched = sorted(changes)[:2] + [n for n in sorted(stamps) if n not in changes][:3]
@@ -301,6 +407,7 @@ def test_silent_changes_are_found_by_the_nightly_audit_and_by_audit_all_then_hea
     every = ws.sync(["audit", "--clients", "all"])
     assert every.status == 1, every.describe()
     unsynced = set(changes) - tonight
+    assert {changes[n].kind for n in unsynced} == set(KINDS)  # every kind is found below, not only some
     on_demand = on_demand_report(ws, every)
     assert set(on_demand["sampled"]) == set(stamps)
     assert on_demand["differed"] == expected_findings(changes, unsynced)
@@ -424,6 +531,7 @@ def test_prefect_runs_the_audit_as_its_own_task_and_its_artifact_names_the_keys(
     keys = {n: k for k, n in numbers_by_key(ws.data_dir).items()}
     for number in found:  # the artifact names clients by key, never by number
         change, item = changes[number], f"self-audit differed: client {keys[number]}"
-        assert rows[item] == f"{TABLE_OF_KIND[change.kind]}: {change.ident}"
+        table, key = finding(change)
+        assert rows[item] == f"{table}: {key}"
     assert sum(item.startswith("self-audit differed: ") for item in rows) == len(found)  # nobody else
     assert rows["self-audit: clients differed"] == str(len(found))
