@@ -48,7 +48,8 @@ CONCURRENCY_DECREASE = 0.75  # multiplicative decrease of the concurrency limit 
 CONCURRENCY_HEADROOM = 1.5
 LATENCY_SMOOTHING = 0.05  # weight of each new latency in its moving average
 # A 429 episode cuts the pace to what the server accepted over the last ACCEPT_WINDOW seconds
-# (at least ACCEPT_MIN_COUNT answers), less RATE_MARGIN; CUBIC brings it back to that level in
+# (at least ACCEPT_MIN_COUNT answers; fewer are a floor it doubles from every window, a slow
+# start), less RATE_MARGIN; CUBIC brings it back to that level in
 # REGROW_SECONDS, then beyond, ever steeper, until the next 429.
 RATE_MARGIN = 0.03
 REGROW_SECONDS = 3.0

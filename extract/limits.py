@@ -153,6 +153,14 @@ class RateLimiter:
             return None
         return (len(answers) - 1) / max(answers[-1] - answers[0], 1e-3)
 
+    def _few_accepted(self, now: float) -> float:
+        """What a handful of answers let through per second: over the time they took, at least
+        a round trip (an overestimate the next episode corrects; none at all: MIN_RATE)."""
+        answers = self._answers
+        if not answers:
+            return K.MIN_RATE
+        return len(answers) / max(now - answers[0], self.latency, 1e-3)
+
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``: pause everyone; cut the pace once per
         episode. True when this 429 cut the pace (the concurrency limit is cut with it)."""
@@ -160,13 +168,15 @@ class RateLimiter:
         self._pause(now, self._shared_pause(retry_after))
         if not self.adaptive or started < self._cut_at:
             return False  # a request sent before this episode's cut: the same episode
-        accepted = self._accepted(now)
-        if accepted is None:
-            return False  # too few answers to know what the server accepts: the pause only
+        answers = self._answers
+        measured = self._accepted(now)
+        # Too few answers to measure (a bucket of a token or two refusing a night's first bunch):
+        # the pace starts at what they let through, a floor. So are answers over less than a
+        # window (a night's first seconds): they under-measure a limit the sender was still
+        # climbing to. From a floor the pace doubles every window (TCP's slow start).
+        accepted = measured if measured is not None else self._few_accepted(now)
         self.level = accepted if self._rate is None else min(accepted, self._rate)
-        # Answers over less than a window (a night's first seconds) under-measure a limit the
-        # sender was still climbing to: a floor, from which the pace doubles (TCP's slow start).
-        self._slow_start = self._answers[-1] - self._answers[0] < 0.9 * K.ACCEPT_WINDOW
+        self._slow_start = measured is None or answers[-1] - answers[0] < 0.9 * K.ACCEPT_WINDOW
         self._cut_at = now
         self.decreases += 1
         self._set(self.level * (1.0 - K.RATE_MARGIN))

@@ -214,7 +214,9 @@ def test_a_429_pauses_every_request_not_just_the_refused_one() -> None:
             await client.storelist()
 
     run(go())
-    assert t.sleeps == [2.0]  # it waited for the rest of the shared pause (a long Retry-After)
+    # It waited for the rest of the shared pause (a long Retry-After), then for its slot: a 429
+    # before any answer starts the pace at its floor (MIN_RATE, a slow start), one interval on.
+    assert t.sleeps == [2.0, 1.0 / constants.MIN_RATE]
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409])
