@@ -168,6 +168,12 @@ class RateLimiter:
         self._pause(now, self._shared_pause(retry_after))
         if not self.adaptive or started < self._cut_at:
             return False  # a request sent before this episode's cut: the same episode
+        if not self._slow_start and now < self._cut_at + K.ACCEPT_WINDOW:
+            # Within a window of a measured cut: the same episode. The server's bucket is empty
+            # at a cut and refills at the margin over a window; a 429 before then says nothing
+            # new of the pace, and cutting again (measured over a window of mostly the old pace)
+            # would compound the cut, 3 % a 429. (From a floor, every 429 measures anew.)
+            return False
         answers = self._answers
         measured = self._accepted(now)
         # Too few answers to measure (a bucket of a token or two refusing a night's first bunch):

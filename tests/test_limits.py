@@ -139,6 +139,24 @@ def test_a_429_cuts_once_to_what_the_server_accepted_less_the_margin() -> None:
     assert limiter.rate == cut and limiter.decreases == 1
 
 
+def test_case_429s_within_a_window_of_a_measured_cut_do_not_compound_it() -> None:
+    """Case: after a cut the server's bucket is empty, so a request sent just after it can be
+    refused too. Cutting again for each (3 % a 429) took a 200/s night down to 174/s in 0.2 s
+    (traced on the rate matrix's 200/5 cell); a window on, a 429 is a new episode."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 200.0, 2.0)
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    cut = limiter.rate
+    for _ in range(5):
+        answered(limiter, t, 194.0, 0.05)
+        assert not limiter.on_rate_limited(started=t.now, retry_after=1.0)  # sent after the cut
+    assert limiter.decreases == 1 and limiter.rate >= cut  # regrowing, never cut again
+    answered(limiter, t, 194.0, K.ACCEPT_WINDOW)
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.decreases == 2
+
+
 def test_a_paced_429_cuts_to_the_lower_of_the_pace_and_what_was_accepted() -> None:
     t = FakeTime()
     limiter = RateLimiter(initial=150.0, clock=t.clock, sleep=t.sleep)
