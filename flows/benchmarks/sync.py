@@ -381,6 +381,13 @@ class RateCell:
         return meets(self.share_of_limit, self.steady_429)
 
 
+def counts_since(stats: dict[str, Any], before: dict[str, Any], key: str) -> dict[int, int]:
+    """The sandbox's per-second counter ``key`` less what it had counted ``before`` (non-zero only)."""
+    earlier = before.get(key, {})
+    counts = {int(k): v - earlier.get(k, 0) for k, v in stats[key].items()}
+    return {k: v for k, v in counts.items() if v}
+
+
 def server_share(
     stats: dict[str, Any], rate: float, skip_s: int = 5, before: dict[str, Any] | None = None
 ) -> tuple[float, float, float, float]:
@@ -393,13 +400,8 @@ def server_share(
     # (What was counted before is not the night's: a ready probe, a search, or with --next-night
     # the night before. Seconds it leaves at 0 are left out.)
     counted_before = before or {}
-
-    def since(key: str) -> dict[int, int]:
-        earlier = counted_before.get(key, {})
-        counts = {int(k): v - earlier.get(k, 0) for k, v in stats[key].items()}
-        return {k: v for k, v in counts.items() if v}
-
-    passed, refused = since("passed_per_second"), since("refused_per_second")
+    passed = counts_since(stats, counted_before, "passed_per_second")
+    refused = counts_since(stats, counted_before, "refused_per_second")
     seconds = sorted(set(passed) | set(refused))
     if not seconds:
         return 0.0, 0.0, 0.0, 0.0
