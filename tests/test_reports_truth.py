@@ -321,7 +321,7 @@ def facts_of(service: Service, scenario: Scenario) -> dict[str, Any]:
         "other_statuses": sorted(
             (ms.storecode, ms.status)
             for ms in service.memberships.values()
-            if ms.status.lower() not in CONTRACT_STATUSES and ms.storecode in service.stores
+            if truth.status_bucket(ms.status) == "other" and ms.storecode in service.stores
         ),
         "dst_sales": sorted(
             (

@@ -13,12 +13,19 @@ Rows are dicts of Python values with the report's column names: ``date``, ``str`
 byte-exact, trailing spaces kept), ``int``, ``Decimal`` (money with 2 decimals, ``frozen_rate``
 with 4), ``bool`` and ``None``.
 
-Interpretations (ambiguous in issue 4; they follow ``sql/reports/`` and are stated here once):
+Written from the contract (``../shared/spec/contract.md``) and the sandbox's own state, never
+from ``sql/``: where the contract is silent, the interpretation is stated here once, and the SQL
+must agree with it (not the other way round). A case where the two could share a misreading is
+exercised by the sandbox: statuses come in every casing (``--drift``, varying record by record),
+and as "On Hold" and "ON_HOLD" (``SPELLED_STATUSES``). Interpretations:
 
 - The store reports have one row per store of the night's store list (inactive stores too);
   a balance, membership or points row at a storecode outside the list counts nowhere.
 - Statuses compare case-insensitively against the contract's list (``Active``, ``Frozen``,
-  ``OnHold``, ``Canceled``, ``Expired``); anything else is ``other``. The sandbox's own
+  ``OnHold``, ``Canceled``, ``Expired``), and a status written with spaces, underscores or dashes
+  around or between its words is the same status (``On Hold``, ``ON_HOLD``: the contract says
+  "compare case-insensitively"; we read its enumerations as words, however joined); anything
+  else is ``other``. Sale statuses and line types are compared the same way. The sandbox's own
   (canonical) status is the truth; wire drift only changes how it is spelled on the wire.
 - ``frozen_rate`` = frozen / (active + frozen), rounded half-up to 4 decimals (the SQL does the
   same with exact integer arithmetic); ``None`` when active + frozen = 0.
@@ -165,16 +172,21 @@ def status_bucket(status: str | None) -> str:
     """A membership status compared case-insensitively with the contract's list; else ``other``."""
     if status is None:
         return "other"
-    return _CONTRACT_STATUSES.get(status.lower(), "other")
+    return _CONTRACT_STATUSES.get(_word(status), "other")
+
+
+def _word(value: str) -> str:
+    """An enumeration's value as one lower-case word: case, spaces, underscores, dashes aside."""
+    return "".join(ch for ch in value.lower() if ch not in " _-")
 
 
 def line_type(raw: str) -> str:
-    kind = raw.upper()
+    kind = raw.strip(" ").upper()
     return kind if kind in _LINE_TYPES else "other"
 
 
 def is_voided(status: str) -> bool:
-    return status.lower() == "voided"
+    return status.strip(" ").lower() == "voided"
 
 
 def frozen_rate(active: int, frozen: int) -> Decimal | None:

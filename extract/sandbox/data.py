@@ -67,6 +67,10 @@ STORES = (
 )
 UNLISTED_STORECODE = "EASTSIDE  "  # a store removed from the store list; balances and memberships remain
 ODD_STATUSES = ("Suspended", "Pending")  # membership statuses outside the contract's five
+# OnHold as a vendor may spell it: with a space, upper case and an underscore. Both sides read it
+# as OnHold (tests/truth.py states the interpretation; the staging SQL implements it), and the
+# sandbox serves it so that a reading differing between them shows.
+SPELLED_STATUSES = ("On Hold", "ON_HOLD")
 CLOSED_DAYS_AGO = 120  # the closed store's sales end this many days before the anchor
 TOP_DEBTORS = 50  # the top_debtors report's cap per store
 EDGE_DEBTORS = 56  # debtors at the first store (when there are clients enough): more than the cap
@@ -1020,10 +1024,11 @@ class _EdgeCases:
         changed = dt.datetime.combine(start, dt.time(11), zone).astimezone(dt.UTC)
         eft = self.s.eft_types[self.gen.eft_ids[1]]
         non = self.s.noneft_types[self.gen.noneft_ids[0]]
-        for k, (status, is_eft) in enumerate(zip(ODD_STATUSES, (True, False), strict=True)):
+        statuses, eft_or_not = (*ODD_STATUSES, *SPELLED_STATUSES), (True, False, True, False)
+        for suffix, status, is_eft in zip((7, 8, 17, 18), statuses, eft_or_not, strict=True):
             self.s.add_membership(
                 m.Membership(
-                    f"M{client.client_number}-{7 + k}",
+                    f"M{client.client_number}-{suffix}",
                     client.client_number,
                     eft.membership_type_id if is_eft else non.membership_type_id,
                     eft.name if is_eft else non.name,

@@ -529,9 +529,11 @@ class SandboxServer:
         return bucket
 
 
-def _recase(value: str) -> str:
-    variant = zlib.crc32(value.encode()) % 3
-    return value.upper() if variant == 0 else value.lower() if variant == 1 else value.swapcase()
+def _recase(value: str, salt: int) -> str:
+    """Another casing of ``value``, varying from record to record (``salt``): both sides of a
+    case-insensitive comparison see every spelling, not one per value."""
+    variant = zlib.crc32(value.encode(), salt) % 4
+    return (value.upper(), value.lower(), value.swapcase(), value.title())[variant]
 
 
 def _drift(value: Any, top: bool = False) -> Any:
@@ -541,13 +543,16 @@ def _drift(value: Any, top: bool = False) -> Any:
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
+    # A record's casing follows its first field (its id, mostly): the same record is spelled
+    # the same way on every fetch (the self-audit compares two), others differently.
+    salt = zlib.crc32(repr(next(iter(value.values()), None)).encode())
     for key, v in value.items():
         if isinstance(v, bool) or v is None:
             out[key] = v
         elif isinstance(v, int | float):
             out[key] = str(v)
         elif isinstance(v, str) and key in DRIFT_ENUMS:
-            out[key] = _recase(v)
+            out[key] = _recase(v, salt)
         elif isinstance(v, dict | list):
             out[key] = _drift(v)
         else:
