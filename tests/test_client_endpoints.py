@@ -18,7 +18,6 @@ from membersync.extract import catalogue, errors
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.profile import Profile
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.extract.sandbox.state import Service
 
 T = TypeVar("T")
 FAST = ClientOptions(backoff_base=0.01, backoff_max=0.05)
@@ -687,7 +686,6 @@ def test_a_tenant_profile_works_end_to_end(
         return out
 
     out = using(sb, body, profile=profile)
-    truth: Service = sb.service
     assert out["stores"] == wire(sb.call(lambda s: s.storelist()))
     assert out["memberships"] == wire(sb.call(lambda s: [s.clientmemberships(n) for n in numbers[:10]]))
     assert out["history"] == wire(sb.call(lambda s: [s.transactionhistory(n) for n in numbers[:10]]))
@@ -695,4 +693,3 @@ def test_a_tenant_profile_works_end_to_end(
     assert out["all"] == numbers
     assert set(out["inserted"]) == {"clientNumber"}
     assert sb.call(lambda s: s.clients[out["inserted"]["clientNumber"]].last_name) == "Tenant"
-    assert truth is not None

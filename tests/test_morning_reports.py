@@ -32,6 +32,12 @@ SUMMED = {
     "store_scorecard": "mrr_month_ago",
 }
 MONTH_KEYED = ("membership_roll_forward_monthly", "churn_by_store_month")
+TRUTH_OF = {
+    "balance_aging_by_store": ms.Truth.aging,
+    "membership_roll_forward": ms.Truth.roll_forward,
+    "mrr_by_store": ms.Truth.mrr,
+    "store_scorecard": ms.Truth.scorecard,
+}
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +207,10 @@ def test_case_each_new_report_has_its_csv_with_bom_snapshot_date_and_total(wareh
         header, body, total = rows[0], rows[1:-1], rows[-1]
         assert header[:2] == ["snapshot_date", "storecode"] and total[1] == "TOTAL"
         assert {r[0] for r in [*body, total]} == {night.isoformat()}
-        i = header.index(SUMMED[report])
-        assert Decimal(total[i]) == sum(Decimal(r[i]) for r in body if r[i])  # empty: a store not listed then
+        # TOTAL is the sum of the truth's rows (the scenario's own arithmetic, not the CSV's body)
+        column, expected = SUMMED[report], TRUTH_OF[report](truth)
+        total_of_truth = sum(v[column] or 0 for (n, _), v in expected.items() if n == night)
+        assert Decimal(total[header.index(column)]) == total_of_truth, report
     scorecard = read_csv(report_path(data_dir, "store_scorecard", night))
     h = scorecard[0]
     assert scorecard[-1][h.index("amount_owed")] == str(

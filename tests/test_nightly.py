@@ -265,10 +265,14 @@ def test_incremental_night_fetches_only_changed_clients_and_current_state_covers
     options = SyncOptions(batch_size=50)
     first = run_night(settings, data_dir, TODAY, options=options)
     assert first.mode == "full"
+    # The truth, from the sandbox's own state: the first night's watermark is the newest
+    # lastModified it discovered; tonight re-lists from there less the overlap (a setting).
+    newest = sandbox.call(lambda s: max(c.last_modified for c in s.clients.values()))
+    assert first.watermark is not None
+    assert dt.datetime.fromisoformat(first.watermark.replace("Z", "+00:00")) == newest
 
     changed = sandbox.call(change_some_clients)
-    overlap = options.watermark_overlap
-    since = B.parse_utc(B.modified_since(first.watermark, overlap))
+    since = newest - options.watermark_overlap
     expected = sandbox.call(lambda s: sorted(n for n, c in s.clients.items() if c.last_modified >= since))
     assert set(changed) <= set(expected) and len(expected) < 120  # the overlap may add a few
 

@@ -192,9 +192,11 @@ async def _fetch(name: str, body: bytes) -> Any:
 TALLY = {"examples": 0, "client_errors": 0, "typed": 0, "rows": 0, "quarantined": 0}
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+# Seeded (derandomize): the same examples every run, so a failure reproduces and no run of the
+# suite passes by the luck of its draw.
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(malformed_answer())
-def test_malformed_answers_never_crash_and_bad_rows_are_quarantined(case: tuple[str, bytes, str]) -> None:
+def feed_malformed_answers(case: tuple[str, bytes, str]) -> None:
     name, body, _how = case
     TALLY["examples"] += 1
     try:
@@ -233,10 +235,11 @@ def test_malformed_answers_never_crash_and_bad_rows_are_quarantined(case: tuple[
     TALLY["quarantined"] += len(quarantined)
 
 
-def test_zz_payload_tally_recorded() -> None:
-    """Runs after the property test (file order): records what it fed through."""
-    if TALLY["examples"] == 0:
-        pytest.skip("the property test did not run in this session")
+def test_malformed_answers_never_crash_and_bad_rows_are_quarantined() -> None:
+    """Case: hundreds of malformed answers (seeded): each is refused with a typed one-line error
+    or typed, its bad rows quarantined without a secret; the tally is this test's own."""
+    TALLY.update(dict.fromkeys(TALLY, 0))
+    feed_malformed_answers()
     assert TALLY["examples"] >= 500
     record(
         "8 bad payloads",
