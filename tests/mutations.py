@@ -1,0 +1,391 @@
+"""The mutation check: does the suite catch what its tests claim? (Slow; not part of CI.)
+
+Each mutation below is one small, plausible bug in the product (a boundary moved, a status
+filter changed, a file not removed, a field no longer declared secret). For each, a scratch copy
+of the repository gets that one change, and only the tests that should catch it run against
+the copy (its ``membersync`` package put first on ``PYTHONPATH``, so every subprocess a test
+starts runs the mutated code too). A mutation is **caught** when those tests fail, **survived**
+when they pass; the table says which and names the test that caught it::
+
+    .venv/bin/python tests/mutations.py                 # every mutation
+    .venv/bin/python tests/mutations.py aging_boundary  # only these (by name)
+    .venv/bin/python tests/mutations.py --list
+
+Exit 0 when every mutation was caught. A mutation whose text is not found in its file fails
+the run at once (the code moved: update the mutation, never drop it silently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("extract", "models", "flows", "warehouse", "sql")
+TRUTH = (
+    "tests/test_reports_truth.py::"
+    "test_every_report_equals_the_truth_after_a_full_night_and_two_incremental_ones"
+)
+BUILT = "tests/test_warehouse_build.py"
+MORNING = "tests/test_morning_reports.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the repository
+    old: str  # found exactly once
+    new: str
+    tests: tuple[str, ...]  # pytest node ids or files that should catch it
+    why: str
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- the report SQL ---------------------------------------------------------------------------
+    Mutation(
+        "aging_boundary",
+        "sql/reports/balance_aging_by_store.sql",
+        "(where age_days < 30)",
+        "(where age_days <= 30)",
+        (MORNING + "::test_case_balance_aging_buckets_each_debt_by_the_nights_since_it_was_last_settled",),
+        "a debt of 30 days counted as 0-29",
+    ),
+    Mutation(
+        "aging_90_plus",
+        "sql/reports/balance_aging_by_store.sql",
+        "age_days >= 60 and age_days < 90",
+        "age_days >= 60 and age_days < 91",
+        (MORNING + "::test_case_balance_aging_buckets_each_debt_by_the_nights_since_it_was_last_settled",),
+        "a debt of 90 days counted in 60-89 too",
+    ),
+    Mutation(
+        "forecast_status",
+        "sql/reports/eft_draw_forecast.sql",
+        "where is_eft and status = 'active'",
+        "where is_eft and status in ('active', 'frozen')",
+        (TRUTH,),
+        "frozen memberships forecast to draw",
+    ),
+    Mutation(
+        "credit_sign",
+        "sql/reports/outstanding_balances_by_store.sql",
+        "-sum(balance) filter (where balance < 0) as credit_amount",
+        "sum(balance) filter (where balance < 0) as credit_amount",
+        (TRUTH,),
+        "credit shown negative",
+    ),
+    Mutation(
+        "owing_boundary",
+        "sql/reports/outstanding_balances_by_store.sql",
+        "count(*) filter (where balance > 0) as clients_owing",
+        "count(*) filter (where balance >= 0) as clients_owing",
+        (TRUTH,),
+        "a zero balance counted as owing",
+    ),
+    Mutation(
+        "top_debtors_void",
+        "sql/reports/top_debtors.sql",
+        "where not transactions.is_voided and transaction_payments.date is not null",
+        "where transaction_payments.date is not null",
+        (TRUTH,),
+        "a voided sale's payment as the last payment",
+    ),
+    Mutation(
+        "top_debtors_future_payment",
+        "sql/reports/top_debtors.sql",
+        "and payments.payment_date <= top_debtors.snapshot_date",
+        "and payments.payment_date <= top_debtors.snapshot_date + 1",
+        (TRUTH,),
+        "a payment of the day after the night counted",
+    ),
+    Mutation(
+        "mrr_paused",
+        "sql/reports/mrr_by_store.sql",
+        "sum(previous_dues) filter (where was_in and status in ('frozen', 'on_hold')) as paused",
+        "sum(previous_dues) filter (where was_in and status in ('frozen')) as paused",
+        (MORNING + "::test_case_mrr_by_store_moves_with_upgrades_downgrades_pauses_and_churn",),
+        "an on-hold membership's dues not counted as paused",
+    ),
+    Mutation(
+        "frozen_count",
+        "sql/reports/frozen_memberships_by_store.sql",
+        "count(*) filter (where status = 'frozen') as frozen",
+        "count(*) filter (where status in ('frozen', 'on_hold')) as frozen",
+        (TRUTH,),
+        "on-hold memberships counted as frozen",
+    ),
+    Mutation(
+        "points_liability",
+        "sql/reports/points_liability_by_store.sql",
+        "sum(points) filter (where points > 0) as points_outstanding",
+        "sum(points) as points_outstanding",
+        (TRUTH,),
+        "negative points balances offset the liability",
+    ),
+    Mutation(
+        "churn_window",
+        "sql/reports/churn_by_store_month.sql",
+        "and window_months.month > monthly.month - interval 12 month",
+        "and window_months.month > monthly.month - interval 11 month",
+        (MORNING + "::test_case_churn_by_store_month_and_its_rolling_12_months",),
+        "a rolling 11 months",
+    ),
+    Mutation(
+        "staging_status_strict",
+        "sql/staging/stg_memberships.sql",
+        "case replace(replace(replace(lower(trim(status)), ' ', ''), '_', ''), '-', '')",
+        "case lower(status)",
+        (TRUTH,),
+        "'On Hold' and 'ON_HOLD' counted as other, not OnHold",
+    ),
+    Mutation(
+        "staging_void_case",
+        "sql/staging/stg_transactions.sql",
+        "coalesce(lower(trim(status)) = 'voided', false) as is_voided",
+        "coalesce(status = 'Voided', false) as is_voided",
+        (BUILT + "::test_voided_transaction_is_not_revenue", TRUTH),
+        "a void in another casing counted as revenue",
+    ),
+    # --- the landing --------------------------------------------------------------------------------
+    Mutation(
+        "landing_keeps_replaced",
+        "warehouse/landing.py",
+        "                        _remove(entry)  # the replaced files of an earlier run of this night",
+        "                        pass  # the replaced files of an earlier run of this night",
+        ("tests/test_landing.py::test_rerun_of_a_night_replaces_it_without_duplicates",),
+        "a rerun night's replaced files left beside the new ones",
+    ),
+    Mutation(
+        "landing_incomplete_commit",
+        "warehouse/landing.py",
+        "    if got != expected:",
+        "    if got < 0:",
+        ("tests/test_landing.py",),
+        "a commit missing clients goes through",
+    ),
+    # --- the self-audit -----------------------------------------------------------------------------
+    Mutation(
+        "audit_drops_billing",
+        "flows/audit.py",
+        '    "billing_accounts",\n)',
+        ")",
+        (
+            "tests/test_audit.py::test_every_compared_table_has_a_kind_of_silent_change_and_every_kind_a_compared_table",
+        ),
+        "billing accounts no longer audited",
+    ),
+    Mutation(
+        "audit_drops_clients",
+        "flows/audit.py",
+        'AUDITED_TABLES: tuple[str, ...] = (\n    "clients",\n',
+        "AUDITED_TABLES: tuple[str, ...] = (\n",
+        ("tests/test_audit.py",),
+        "client records no longer audited",
+    ),
+    Mutation(
+        "audit_volatile",
+        "flows/audit.py",
+        'VOLATILE_COLUMNS: dict[str, frozenset[str]] = {"ledger_balances": frozenset({"as_of"})}',
+        "VOLATILE_COLUMNS: dict[str, frozenset[str]] = {}",
+        (
+            "tests/test_audit.py::test_no_silent_change_means_no_difference_even_with_drift_and_store_local_times",
+        ),
+        "every client flagged by the ledger's as-of date",
+    ),
+    # --- the client's retry -------------------------------------------------------------------------
+    Mutation(
+        "retry_no_503",
+        "extract/constants.py",
+        "RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})",
+        "RETRY_STATUSES = frozenset({429, 500, 502, 504})",
+        ("tests/test_client_retry.py",),
+        "a 503 is final",
+    ),
+    Mutation(
+        "retry_one_fewer",
+        "extract/constants.py",
+        "MAX_RETRIES = 5  #",
+        "MAX_RETRIES = 4  #",
+        ("tests/test_client_retry.py",),
+        "one attempt fewer than documented",
+    ),
+    Mutation(
+        "retry_after_cap",
+        "extract/constants.py",
+        "RETRY_AFTER_MAX = 120.0",
+        "RETRY_AFTER_MAX = 1e9",
+        ("tests/test_client_retry.py",),
+        "a server's huge Retry-After obeyed whole",
+    ),
+    Mutation(
+        "limiter_no_margin",
+        "extract/limits.py",
+        "        self._set(self.level * (1.0 - K.RATE_MARGIN))",
+        "        self._set(self.level)",
+        ("tests/test_limits.py",),
+        "the cut lands on the limit, not under it",
+    ),
+    Mutation(
+        "limiter_no_shared_pause",
+        "extract/limits.py",
+        "        self._pause(now, self._shared_pause(retry_after))\n",
+        "",
+        ("tests/test_limits.py", "tests/test_client_retry.py"),
+        "a 429 pauses only the refused request",
+    ),
+    # --- privacy: forget, retention, secrets -----------------------------------------------------------
+    Mutation(
+        "forget_keeps_old_files",
+        "warehouse/forget.py",
+        "    sweep_personal_files(zone.data_dir)  # ... so the old ones go",
+        "    pass  # ... so the old ones go",
+        (
+            "tests/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
+        ),
+        "the pre-erasure identity files stay on disk",
+    ),
+    Mutation(
+        "forget_no_reexport",
+        "warehouse/forget.py",
+        '    reports = reexport(zone.data_dir, erasure.plan.get("reports", []))',
+        "    reports: list[str] = []",
+        (
+            "tests/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
+        ),
+        "the night's reports still name the forgotten client",
+    ),
+    Mutation(
+        "retention_month_ends",
+        "warehouse/retention.py",
+        "or (daily_from is not None and n < daily_from and n not in month_ends)",
+        "or (daily_from is not None and n < daily_from)",
+        (
+            "tests/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
+        ),
+        "month-end nights removed with the daily ones",
+    ),
+    Mutation(
+        "retention_off_by_one",
+        "warehouse/retention.py",
+        "if (monthly_from is not None and n < monthly_from)",
+        "if (monthly_from is not None and n <= monthly_from)",
+        (
+            "tests/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
+        ),
+        "the horizon's own night removed",
+    ),
+    Mutation(
+        "secret_not_redacted",
+        "extract/redact.py",
+        'SECRET_FIELD_NAMES: tuple[str, ...] = (*sorted(catalogue.SECRET_FIELDS), "authorization")',
+        "SECRET_FIELD_NAMES: tuple[str, ...] = "
+        '(*sorted(catalogue.SECRET_FIELDS - {"vaultToken"}), "authorization")',
+        ("tests/test_landing.py::test_secrets_never_reach_any_written_file", "tests/test_client_retry.py"),
+        "a vault token written to a log",
+    ),
+)
+
+
+def scratch_copy(into: Path) -> tuple[Path, Path]:
+    """The repository's files (as in the working tree) under ``into/src``; ``into/root`` holds
+    a ``membersync`` package whose parts point at the copy (put first on PYTHONPATH)."""
+    src, root = into / "src", into / "root"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in listed.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    (root / "membersync").mkdir(parents=True)
+    for package in PACKAGES:
+        (root / "membersync" / package).symlink_to(src / package)
+    return src, root
+
+
+def check_mutations(selected: list[Mutation]) -> None:
+    for m in selected:
+        count = (ROOT / m.path).read_text(encoding="utf-8").count(m.old)
+        if count != 1:
+            sys.exit(f"mutation {m.name}: its text is found {count} times in {m.path}, not once: update it")
+
+
+def run_one(m: Mutation, src: Path, root: Path) -> tuple[str, str, float]:
+    """Apply ``m`` to the copy, run its tests, restore. (verdict, the failing test, seconds)."""
+    target = src / m.path
+    original = target.read_text(encoding="utf-8")
+    target.write_text(original.replace(m.old, m.new, 1), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-x",
+                "-q",
+                "-p",
+                "no:randomly",
+                "-p",
+                "no:cacheprovider",
+                *m.tests,
+            ],
+            cwd=src,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    finally:
+        target.write_text(original, encoding="utf-8")
+    seconds = time.monotonic() - started
+    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.MULTILINE) or re.findall(
+        r"^ERROR (\S+)", done.stdout, re.MULTILINE
+    )
+    if done.returncode == 0:
+        return "survived", "", seconds
+    if done.returncode != 1 or not failed:  # usage error, collection error, interrupted
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        return "error", " / ".join(tail), seconds
+    return "caught", failed[0], seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tests/mutations.py", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="only these mutations")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args(argv)
+    by_name = {m.name: m for m in MUTATIONS}
+    unknown = [n for n in args.names if n not in by_name]
+    if unknown:
+        parser.error(f"unknown mutation(s): {', '.join(unknown)}")
+    selected = [by_name[n] for n in args.names] if args.names else list(MUTATIONS)
+    if args.list:
+        for m in selected:
+            sys.stdout.write(f"{m.name:28} {m.path:45} {m.why}\n")
+        return 0
+    check_mutations(selected)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="membersync-mutations-") as tmp:
+        src, root = scratch_copy(Path(tmp))
+        for m in selected:
+            verdict, test, seconds = run_one(m, src, root)
+            sys.stderr.write(f"{m.name}: {verdict} ({seconds:.0f} s) {test}\n")
+            results.append((m, verdict, test))
+    sys.stdout.write("| mutation | file | the bug | verdict | caught by |\n|---|---|---|---|---|\n")
+    for m, verdict, test in results:
+        sys.stdout.write(f"| `{m.name}` | `{m.path}` | {m.why} | {verdict} | `{test}` |\n")
+    caught = sum(v == "caught" for _, v, _ in results)
+    sys.stdout.write(f"\n{caught} of {len(results)} mutations caught\n")
+    return 0 if caught == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
