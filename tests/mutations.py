@@ -168,7 +168,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "warehouse/landing.py",
         "    if got != expected:",
         "    if got < 0:",
-        ("tests/test_landing.py",),
+        ("tests/test_resume.py",),
         "a commit missing clients goes through",
     ),
     # --- the self-audit -----------------------------------------------------------------------------

@@ -202,6 +202,22 @@ def test_retry_after_is_capped() -> None:
     assert t.sleeps == [30.0]
 
 
+def test_case_the_documented_defaults_six_attempts_and_a_120_s_cap() -> None:
+    """docs/sync.md promises, with no option set: a transient failure is retried 5 times (6
+    attempts in all), and a server's Retry-After is honoured up to 120 s. The other tests set
+    their own bounds; this one pins the defaults a user reads (literals, not the constants)."""
+    t = FakeTime()
+    handler, seen = scripted(err(503))
+    client = mock_client(handler, t, max_retries=ClientOptions().max_retries)
+    with pytest.raises(errors.ServerError):
+        run(call_get(client))
+    assert len(seen) == 6
+    t = FakeTime()
+    handler, _ = scripted(err(429, **{"Retry-After": "86400"}), STORES)
+    run(call_get(mock_client(handler, t, retry_after_max=ClientOptions().retry_after_max)))
+    assert t.sleeps == [120.0]
+
+
 def test_a_429_pauses_every_request_not_just_the_refused_one() -> None:
     t = FakeTime()
     handler, _ = scripted(err(429, **{"Retry-After": "5"}), STORES)
