@@ -279,6 +279,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if (monthly_from is not None and n <= monthly_from)",
         (
             "tests/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
+            "tests/test_retention.py::test_case_the_nights_on_the_horizons_themselves_are_kept",
         ),
         "the horizon's own night removed",
     ),

@@ -349,6 +349,14 @@ def test_rate_limited_error_after_the_retries() -> None:
     assert client.stats.status_429 == 3
 
 
+@pytest.mark.parametrize("name", sorted(catalogue.SECRET_FIELDS))
+def test_case_every_declared_secret_field_is_masked_in_log_text(name: str) -> None:
+    """Case: a log line quoting a record (JSON, or key=value) never shows a secret field's value,
+    for every field the catalogue declares secret (the redaction reads the declaration)."""
+    for text in (f'{{"{name}": "canary-7f3e"}}', f"{name}=canary-7f3e", f"'{name}': 'canary-7f3e'"):
+        assert "canary-7f3e" not in redact.scrub(text), text
+
+
 def test_error_text_names_endpoint_and_status_and_never_a_secret() -> None:
     t = FakeTime()
     token, account = "tok_live_9f8e7d6c", "000123456789"

@@ -120,6 +120,20 @@ def test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date() -
     assert dt.date(2025, 6, 29) in plan.kept or dt.date(2025, 6, 30) in plan.kept
 
 
+def test_case_the_nights_on_the_horizons_themselves_are_kept() -> None:
+    """Case: "older than a year" and "older than 120 days" are strict: the night exactly on each
+    horizon is kept (the monthly one as its month's newest night), the one before it is not."""
+    newest = dt.date(2026, 3, 31)
+    nights = [
+        dt.date(2024, 12, 1) + dt.timedelta(days=i) for i in range((newest - dt.date(2024, 12, 1)).days + 1)
+    ]
+    plan = plan_nights(nights, parse_retention("daily=120d,monthly=1y"))
+    assert plan.kept == kept_by_hand(nights, 120, 1)
+    assert dt.date(2025, 3, 31) in plan.kept and dt.date(2025, 2, 28) not in plan.kept  # monthly horizon
+    daily_horizon = newest - dt.timedelta(days=120)
+    assert daily_horizon in plan.kept and daily_horizon - dt.timedelta(days=2) not in plan.kept
+
+
 # --- a 430-night history ----------------------------------------------------------------------------
 
 
