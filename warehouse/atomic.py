@@ -21,9 +21,9 @@ import glob
 import json
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from membersync.warehouse.paths import DIR_MODE, FILE_MODE
 
@@ -96,16 +96,16 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     write_chunks_atomic(path, (data,))
 
 
-def write_chunks_atomic(path: Path, chunks: Iterable[bytes]) -> None:
-    """:func:`write_bytes_atomic` of the concatenated ``chunks``, never all held at once (an
-    error raised while producing them leaves nothing behind, like one while writing)."""
+@contextlib.contextmanager
+def _published(path: Path) -> Iterator[BinaryIO]:
+    """A new temporary of ``path`` to write; on leaving, fsynced and renamed over ``path`` and
+    the folder fsynced. An error while writing leaves nothing behind."""
     remove_dead_temporaries(path)
     tmp = tmp_name(path)
     try:
         fd = open_new(tmp)
         with os.fdopen(fd, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -114,6 +114,14 @@ def write_chunks_atomic(path: Path, chunks: Iterable[bytes]) -> None:
             tmp.unlink()
         raise
     fsync_dir(path.parent)
+
+
+def write_chunks_atomic(path: Path, chunks: Iterable[bytes]) -> None:
+    """:func:`write_bytes_atomic` of the concatenated ``chunks``, never all held at once (an
+    error raised while producing them leaves nothing behind, like one while writing)."""
+    with _published(path) as handle:
+        for chunk in chunks:
+            handle.write(chunk)
 
 
 def write_file_atomic(path: Path, data: bytes) -> None:
@@ -128,20 +136,8 @@ def write_parquet_atomic(path: Path, table: Any) -> None:
     import pyarrow.parquet as pq
 
     make_dirs(path.parent)
-    remove_dead_temporaries(path)
-    tmp = tmp_name(path)
-    try:
-        fd = open_new(tmp)
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(table, handle, compression="zstd")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
+    with _published(path) as handle:
+        pq.write_table(table, handle, compression="zstd")
 
 
 def write_json_atomic(path: Path, body: Any) -> None:
