@@ -16,6 +16,9 @@ found with CUBIC), with the server's own words obeyed exactly:
   above it rarely; never above twice what it is sending (a lull is no licence to burst). A cut
   measured over less than a window (a night's first seconds) is a floor: from it the pace
   doubles every window (a slow start) until a 429 measures the limit.
+- **The found rate** (the next night's start): the last cut's level, or more when the server
+  accepted more over a window since (a floor, or a bunch refused while sending slowly, is no
+  measure of the server).
 - **An announced limit** (``RateLimit-*``, ``X-RateLimit-*``) is obeyed exactly: its rate less
   ``ANNOUNCED_MARGIN`` is a cap, and an exhausted quota pauses every request until its reset.
 - :class:`AdaptiveConcurrency` bounds the requests in flight (AIMD, with a slow start), never
@@ -78,6 +81,7 @@ class RateLimiter:
         self.level: float | None = None  # the last good level (CUBIC's W_max): found, remembered
         self._cut_at = float("-inf")  # when the current episode's cut was made
         self._slow_start = False  # the last cut measured less than a window: a floor, not a level
+        self._reached = 0.0  # the most the server accepted over a window since the last cut
         self._rate: float | None = None
         self._tat = 0.0  # theoretical arrival time of the next request (GCRA)
         self.paused_until = 0.0  # every request waits for this (a shared pause)
@@ -97,8 +101,10 @@ class RateLimiter:
 
     @property
     def found(self) -> float | None:
-        """The server's rate this night found (what the next night starts at), or None."""
-        return self.level
+        """The server's rate this night found (what the next night starts at), or None: the
+        level of the last cut, or more when the server has accepted more over a window since (a
+        cut from a floor, or from a bunch refused while sending slowly, is no measure of it)."""
+        return None if self.level is None else max(self.level, self._reached)
 
     def _set(self, rate: float | None) -> None:
         for limit in (self.cap, self._announced):
@@ -130,6 +136,8 @@ class RateLimiter:
         while answers[0] < now - K.ACCEPT_WINDOW:
             answers.popleft()
         if self.adaptive and self.level is not None:
+            if answers[0] > self._cut_at and answers[-1] - answers[0] >= 0.9 * K.ACCEPT_WINDOW:
+                self._reached = max(self._reached, (len(answers) - 1) / (answers[-1] - answers[0]))
             self._set(self._regrown(now))
 
     def _regrown(self, now: float) -> float:
@@ -183,7 +191,7 @@ class RateLimiter:
         accepted = measured if measured is not None else self._few_accepted(now)
         self.level = accepted if self._rate is None else min(accepted, self._rate)
         self._slow_start = measured is None or answers[-1] - answers[0] < 0.9 * K.ACCEPT_WINDOW
-        self._cut_at = now
+        self._cut_at, self._reached = now, 0.0
         self.decreases += 1
         self._set(self.level * (1.0 - K.RATE_MARGIN))
         return True

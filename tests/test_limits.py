@@ -184,6 +184,22 @@ def test_a_429_with_too_few_answers_to_measure_cuts_to_a_floor_and_slow_starts()
     assert limiter.rate == pytest.approx(4 * floor)  # two windows on: doubled twice
 
 
+def test_case_a_night_that_ends_slow_starting_remembers_what_the_server_accepted_not_the_floor() -> None:
+    """Case: a short night's first bunch cut the pace to a floor (16/s against a server of 80/s
+    in CI); it ended two windows into the slow start, the server accepting 60/s. The next night
+    starts at what was accepted: the floor is no measure of the server."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 20.0, 0.15)  # three answers, then a 429: a floor
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.found == pytest.approx(30.0)  # three answers over the 0.1 s they took
+    answered(limiter, t, 60.0, 2 * K.ACCEPT_WINDOW)
+    assert limiter.found == pytest.approx(60.0, rel=0.02)
+    limiter.on_rate_limited(started=t.now, retry_after=1.0)  # a 429 measures the limit: a level
+    answered(limiter, t, 20.0, 0.5)  # the night's tail, a trickle: the level stands
+    assert limiter.found == pytest.approx(60.0, rel=0.02)
+
+
 @pytest.mark.parametrize("retry_after", [0.0, None])
 def test_retry_after_zero_or_a_past_date_never_spins(retry_after: float | None) -> None:
     t = FakeTime()

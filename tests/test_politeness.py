@@ -35,11 +35,10 @@ def test_a_night_remembers_the_rate_it_found_and_the_next_starts_there(
     run_night(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(build=False))
     found = remembered_rate(data_dir)
     assert found is not None, "a night that met 429s must remember the rate it found"
-    # Within a fifth above the server's 80/s (a bucket of 4 lets a moment run past it). Below,
-    # only > 8/s: a short night can end while slow-starting from a floor and remember it (seen in
-    # CI: 16.0/s against 80/s on a loaded machine), an open defect of the limiter (issue 52): a
-    # night should remember the pace a slow start reached, not its floor.
-    assert 8.0 < found <= 80.0 * 1.2, found
+    # Within a fifth above the server's 80/s (a bucket of 4 lets a moment run past it), and at
+    # least three quarters of it: a night that ends slow-starting from a floor remembers what the
+    # server accepted since, not the floor (CI once remembered 16.0/s so).
+    assert 80.0 * 0.75 <= found <= 80.0 * 1.2, found
     run = NightRun(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(build=False))
     assert run._client_options().initial_rate == found
     capped = SyncOptions(build=False, client_options=ClientOptions(rate=10.0))
