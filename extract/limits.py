@@ -32,6 +32,7 @@ tests run on a fake clock.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import time
@@ -86,6 +87,7 @@ class RateLimiter:
         self._tat = 0.0  # theoretical arrival time of the next request (GCRA)
         self.paused_until = 0.0  # every request waits for this (a shared pause)
         self._answers: deque[float] = deque()  # success times within ACCEPT_WINDOW
+        self._refused: deque[float] = deque()  # 429 times within ACCEPT_WINDOW
         self.latency = 0.0  # seconds, a moving average of the successes' latency
         self.decreases = 0
         if initial is not None:  # a night starts at the level the last one found: on the plateau
@@ -169,20 +171,43 @@ class RateLimiter:
             return K.MIN_RATE
         return len(answers) / max(now - answers[0], self.latency, 1e-3)
 
+    def _since_cut(self, now: float) -> float | None:
+        """What the server accepted since the last cut; None when too few answers, or too few
+        refusals, say it. Its bucket was empty at the cut and is again now (a 429), so what it
+        let through in between is its rate when we sent more (it refused more than the margin
+        of what it accepted): unlike the last window's answers, it leaves out the tokens the
+        bucket had stored (at 200/s and 200 tokens, after a lull, the window measured 245/s)."""
+        after = self._cut_at + self.latency  # answers to requests sent after the cut
+        since = len(self._answers) - bisect.bisect_right(self._answers, after)
+        refused = len(self._refused) - bisect.bisect_right(self._refused, after)
+        if since < K.ACCEPT_MIN_COUNT or refused <= K.RATE_MARGIN * since:
+            return None
+        return since / max(now - after, 1e-3)
+
     def on_rate_limited(self, started: float, retry_after: float | None) -> bool:
         """A 429 for a request sent at ``started``: pause everyone; cut the pace once per
         episode. True when this 429 cut the pace (the concurrency limit is cut with it)."""
         now = self._clock()
         self._pause(now, self._shared_pause(retry_after))
+        refused = self._refused
+        refused.append(now)
+        while refused[0] < now - K.ACCEPT_WINDOW:
+            refused.popleft()
         if not self.adaptive or started < self._cut_at:
             return False  # a request sent before this episode's cut: the same episode
-        if not self._slow_start and now < self._cut_at + K.ACCEPT_WINDOW:
-            # Within a window of a measured cut: the same episode. The server's bucket is empty
-            # at a cut and refills at the margin over a window; a 429 before then says nothing
-            # new of the pace, and cutting again (measured over a window of mostly the old pace)
-            # would compound the cut, 3 % a 429. (From a floor, every 429 measures anew.)
-            return False
         answers = self._answers
+        if not self._slow_start and now < self._cut_at + K.ACCEPT_WINDOW:
+            # Within a window of a measured cut: the same episode, unless the server has since
+            # accepted clearly less than the pace (the cut measured the tokens a bucket had
+            # stored over a lull). Cutting on every 429 (a bunch at the margin: the bucket is
+            # empty at a cut and refills at the margin) would compound the cut, 3 % each.
+            exact = self._since_cut(now)
+            if exact is None or exact >= (self._rate or float("inf")) * (1.0 - K.RATE_MARGIN):
+                return False
+            self.level, self._cut_at, self._reached = exact, now, 0.0
+            self.decreases += 1
+            self._set(exact * (1.0 - K.RATE_MARGIN))
+            return True
         measured = self._accepted(now)
         # Too few answers to measure (a bucket of a token or two refusing a night's first bunch):
         # the pace starts at what they let through, a floor. So are answers over less than a

@@ -157,6 +157,24 @@ def test_case_429s_within_a_window_of_a_measured_cut_do_not_compound_it() -> Non
     assert limiter.decreases == 2
 
 
+def test_case_a_cut_that_measured_a_bucket_s_stored_tokens_is_corrected_within_its_window() -> None:
+    """Case: after a lull a bucket of 200 tokens at 200/s had stored tokens; a probe drained them
+    and the window measured 245/s (traced on the whole night's 200/200 cell: 135 refusals in the
+    window the cut was held). Since the cut the server accepts 200/s and refuses the rest: that
+    is its rate, a cut within the window; a bunch refused while sending under it is not."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    answered(limiter, t, 245.0, 1.0)
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0)
+    assert limiter.found == pytest.approx(245.0, rel=0.01)
+    for _ in range(10):  # 200 answers a second, one refused to every four accepted
+        answered(limiter, t, 200.0, 0.02)
+        cut = limiter.on_rate_limited(started=t.now, retry_after=1.0)
+        if cut:
+            break
+    assert cut and limiter.found == pytest.approx(200.0, rel=0.1) and limiter.decreases == 2
+
+
 def test_a_paced_429_cuts_to_the_lower_of_the_pace_and_what_was_accepted() -> None:
     t = FakeTime()
     limiter = RateLimiter(initial=150.0, clock=t.clock, sleep=t.sleep)
