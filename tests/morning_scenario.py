@@ -35,7 +35,9 @@ LATE = "LATE-OPEN "  # listed from LATE_LISTED on; a membership is there before
 GHOST = "GHOST     "  # never listed; an active EFT membership is there
 LATE_LISTED = dt.date(2026, 2, 20)
 NAMES = {DOWNTOWN: "Downtown", UPTOWN: "Uptown", QUIET: "Quiet corner", LATE: "Late opening"}
-NIGHTS: tuple[dt.date, ...] = (
+NIGHTS: tuple[dt.date, ...] = (  # 13 months: a rolling 12 months is whole, and not 11
+    dt.date(2025, 3, 17),
+    dt.date(2025, 5, 19),
     dt.date(2025, 10, 20),
     dt.date(2025, 11, 24),
     dt.date(2025, 12, 29),

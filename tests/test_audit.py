@@ -431,11 +431,14 @@ def test_no_silent_change_means_no_difference_even_with_drift_and_store_local_ti
     fresh_sandbox: Callable[..., RunningSandbox], tmp_path: Path
 ) -> None:
     """Case: no false positives. Drift (numbers as strings, re-cased enums, unannounced fields),
-    offsets on store times, ledgers stamped with today's date, and a later night all differ in
-    form from the first fetch but not in substance."""
+    offsets on store times, ledgers stamped with the day they are read (the audit a day after
+    the first fetch: the server's clock moved on), and a later night all differ in form from the
+    first fetch but not in substance."""
     sandbox = fresh_sandbox(clients=120, stores=4, seed=23, anchor_date=ANCHOR, drift=True)
     ws = make_workspace(tmp_path, sandbox, MEMBERSYNC_AUDIT_SHARE="1")
     sync(ws, NIGHT1)
+    tomorrow = dt.timedelta(days=1)
+    sandbox.call(lambda s: setattr(s, "clock", lambda: dt.datetime.now(dt.UTC) + tomorrow))
     touch_clients(sandbox, sandbox.call(lambda s: sorted(s.clients)[:4]))
     second = sync(ws, NIGHT2)
     report = audit_report(ws, NIGHT2.isoformat())

@@ -617,7 +617,11 @@ def before_night_2(sandbox: RunningSandbox, scenario: Scenario) -> None:
     assert voided is not None and paid is not None and scenario.adjusted is not None
     sandbox.call(lambda s: void_at_till(s, voided.receipt))
     w.pay(paid.receipt, "1.00")
-    scenario.paid_on = sandbox.call(lambda s: s.transactions[paid.receipt].payments[-1].local_datetime.date())
+    # Dated the day after the first night, in store time, at whatever hour the test runs: the first
+    # night's report, read again once the payment has landed, must not count it.
+    noon = dt.datetime.combine(NIGHTS[1], dt.time(12))
+    sandbox.call(lambda s: setattr(s.transactions[paid.receipt].payments[-1], "local_datetime", noon))
+    scenario.paid_on = NIGHTS[1]
     number, code, _, dated = scenario.adjusted
     points_id = sandbox.call(lambda s: back_dated_points(s, number, code, dated, 75))
     scenario.adjusted = (number, code, points_id, dated)
@@ -912,6 +916,10 @@ def test_case_payment_on_a_sale_older_than_any_window(run: Run) -> None:
     first, second, third = run.nights
     before = [r for r in first.actual["top_debtors"] if its_row(r)]
     assert before and (before[0]["last_payment_date"] or dt.date.min) < paid_on  # older, or none
+    # The report is a view over the newest payments: read again after the later nights, the first
+    # night still ends with that night (the payment is of the day after it).
+    again = truth.warehouse_reports(run.data_dir, first.date, ("top_debtors",))["top_debtors"]
+    assert [r["last_payment_date"] for r in again if its_row(r)] == [before[0]["last_payment_date"]]
     for night in (second, third):
         assert_case(night, "top_debtors", its_row)
         got = [r for r in night.actual["top_debtors"] if its_row(r)]

@@ -71,6 +71,12 @@ ODD_STATUSES = ("Suspended", "Pending")  # membership statuses outside the contr
 # as OnHold (tests/truth.py states the interpretation; the staging SQL implements it), and the
 # sandbox serves it so that a reading differing between them shows.
 SPELLED_STATUSES = ("On Hold", "ON_HOLD")
+# A voided sale as a vendor may spell it (enumerations compare case-insensitively): a reading
+# that takes only "Voided" for a void counts the others as revenue.
+VOIDED_SPELLINGS = ("Voided", "VOIDED", "voided")
+# A few clients' points are overdrawn (a redemption of points whose earning sale was refunded):
+# a liability counts the positive balances only, and a negative one must not offset it.
+OVERDRAWN_POINTS_EVERY = 12
 CLOSED_DAYS_AGO = 120  # the closed store's sales end this many days before the anchor
 TOP_DEBTORS = 50  # the top_debtors report's cap per store
 EDGE_DEBTORS = 56  # debtors at the first store (when there are clients enough): more than the cap
@@ -771,7 +777,7 @@ class _Clients:
                 code,
                 rng.choice(self.staff[code]),
                 when,
-                "Voided" if salt % 14 == 3 else "Saved",
+                VOIDED_SPELLINGS[salt % 3] if salt % 14 == 3 else "Saved",
                 lines,
                 [],
                 "offset" if salt % 10 == 4 else "utc" if salt % 20 == 9 else "local",
@@ -853,6 +859,20 @@ class _Clients:
                     receipt,
                 )
             )
+        if balance > 0 and zlib.crc32(client.client_number.encode()) % OVERDRAWN_POINTS_EVERY == 5:
+            overdraft = -(balance + 25)
+            client.points_transactions.append(
+                m.PointsTransaction(
+                    f"PT{client.client_number}{len(moments) + 1:03d}",
+                    client.client_number,
+                    moments[-1],
+                    code,
+                    overdraft,
+                    "Redemption",
+                    None,
+                )
+            )
+            balance += overdraft
         client.points[code] = balance
 
     def to_utc(self, local: dt.datetime, storecode: str) -> dt.datetime:

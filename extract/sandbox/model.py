@@ -187,14 +187,14 @@ class Transaction:
     storecode: str
     emp_no: str
     local_datetime: dt.datetime  # canonical naive store-local datetime
-    status: str  # Saved or Voided
+    status: str  # Saved or Voided, in any case (the contract compares enumerations so)
     lines: list[TransactionLine]
     payments: list[Payment]
     wire_style: WireStyle = "local"  # how transactionDate is written on the wire
 
     @property
     def voided(self) -> bool:
-        return self.status == "Voided"
+        return self.status.lower() == "voided"
 
     @property
     def subtotal(self) -> Decimal:
