@@ -36,6 +36,7 @@ TRUTH = (
 )
 BUILT = "tests/test_warehouse_build.py"
 MORNING = "tests/test_morning_reports.py"
+HTML = "tests/test_morning_html.py"
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "sql/reports/top_debtors.sql",
         "and payments.payment_date <= top_debtors.snapshot_date",
         "and payments.payment_date <= top_debtors.snapshot_date + 1",
-        (TRUTH,),
+        ("tests/test_reports_truth.py::test_case_payment_on_a_sale_older_than_any_window",),
         "a payment of the day after the night counted",
     ),
     Mutation(
@@ -291,6 +292,31 @@ MUTATIONS: tuple[Mutation, ...] = (
         '(*sorted(catalogue.SECRET_FIELDS - {"vaultToken"}), "authorization")',
         ("tests/test_landing.py::test_secrets_never_reach_any_written_file", "tests/test_client_retry.py"),
         "a vault token written to a log",
+    ),
+    # --- the morning report's charts ------------------------------------------------------------
+    Mutation(
+        "chart_active_is_frozen",
+        "warehouse/morning.py",
+        '"members": int(r["active"])',
+        '"members": int(r["frozen"])',
+        (HTML + "::test_case_every_chart_plots_the_report_rows",),
+        '"Active members" plotting the frozen count',
+    ),
+    Mutation(
+        "chart_mrr_of_the_night_before",
+        "warehouse/morning.py",
+        '"SELECT snapshot_date, store_name, mrr FROM reports.mrr_by_store "',
+        '"SELECT snapshot_date, store_name, previous_mrr AS mrr FROM reports.mrr_by_store "',
+        (HTML + "::test_case_every_chart_plots_the_report_rows",),
+        "the MRR chart plotting the night before's MRR",
+    ),
+    Mutation(
+        "chart_debt_area_on_one_night",
+        "warehouse/morning.py",
+        "(_base(rows).mark_bar() if one_night else _base(rows).mark_area())",
+        "_base(rows).mark_area()",
+        (HTML + "::test_case_the_first_night_s_debt_chart_draws_the_money_owed",),
+        "the first night's chart of money owed drawn as an area of no width: empty",
     ),
 )
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,97 @@ def test_case_the_report_in_chromium_draws_every_chart_and_requests_nothing_else
         for shot in tmp_path.glob("morning-report-*.png"):
             shutil.copy(shot, keep / shot.name)
     assert dt.date.fromisoformat(path.parent.name) == night
+
+
+def _plotted(data_dir: DataDir, night: dt.date, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
+    """Each chart's Vega-Lite spec as the report would render it, by what it plots."""
+    from membersync.warehouse import export, morning
+
+    specs: dict[str, dict[str, Any]] = {}
+
+    def capture(chart: Any) -> str:
+        spec = chart.to_dict(validate=False)
+        encoding = spec["encoding"]
+        key = "revenue" if encoding["x"]["field"] == "day" else encoding["y"]["field"]
+        specs[{"amount": "debt"}.get(key, key)] = spec
+        return "<svg></svg>"
+
+    monkeypatch.setattr(morning, "_render", capture)
+    with export.open_at_night(data_dir, night) as (con, at):
+        morning.read_charts(con, at)
+    return specs
+
+
+def _expected_points(truth: ms.Truth, night: dt.date) -> dict[str, dict[tuple[str, str], Decimal]]:
+    """What each chart must plot over the trend window ending ``night``, from the scenario's
+    landed rows (plain Python): keyed by (night or day, bucket or store)."""
+    from membersync.warehouse.morning import BUCKETS, TREND_NIGHTS
+
+    first = night - dt.timedelta(days=TREND_NIGHTS - 1)
+    nights = [n for n in truth.nights if first <= n <= night]
+    aging, mrr = truth.aging(), truth.mrr()
+    points: dict[str, dict[tuple[str, str], Decimal]] = {k: {} for k in ("debt", "rate", "members", "mrr")}
+    for n in nights:
+        stores = truth.stores(n)
+        for column, label in BUCKETS:
+            points["debt"][(n.isoformat(), label)] = sum((aging[(n, s)][column] for s in stores), Decimal(0))
+        statuses = truth.memberships(n)
+        for code, name in stores.items():
+            active = sum(1 for (_, s), m in statuses.items() if s == code and m["status"] == "active")
+            frozen = sum(1 for (_, s), m in statuses.items() if s == code and m["status"] == "frozen")
+            points["members"][(n.isoformat(), name)] = Decimal(active)
+            if active + frozen:
+                points["rate"][(n.isoformat(), name)] = Decimal(frozen) / Decimal(active + frozen)
+        for (m_night, _), row in mrr.items():
+            if m_night == n and row["store_name"] is not None:
+                points["mrr"][(n.isoformat(), row["store_name"])] = row["mrr"]
+    points["revenue"] = {
+        (day.isoformat(), store.rstrip()): amount
+        for (store, day), amount in truth.revenue().items()
+        if first <= day <= night and amount != 0
+    }
+    return points
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_case_every_chart_plots_the_report_rows(report, which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Case: each chart's plotted values (its spec's data) equal what the scenario's truth says of
+    every night (or day) and store (or age bucket) of the trend window, at the scenario's first
+    night (one point a series) and its last (three months of them). A chart of last week's MRR, or
+    of the frozen count as "Active members", fails here; drawing some marks does not."""
+    data_dir, _, truth = report
+    night = ms.NIGHTS[0] if which == "first" else ms.NIGHTS[-1]
+    specs = _plotted(data_dir, night, monkeypatch)
+    expected = _expected_points(truth, night)
+    fields = {"debt": ("night", "bucket", "amount"), "revenue": ("day", "store", "amount")}
+    for key, points in expected.items():
+        x, series, value = fields.get(key, ("night", "store", key))
+        plotted = {
+            (p[x], p[series]): Decimal(str(p[value]))
+            for p in specs[key]["data"]["values"]
+            if key != "revenue" or p[value] != 0
+        }
+        places = Decimal("0.0001") if key == "rate" else Decimal("0.01")
+        want = {k: v.quantize(places, rounding=ROUND_HALF_UP) for k, v in points.items()}
+        got = {k: v.quantize(places, rounding=ROUND_HALF_UP) for k, v in plotted.items()}
+        assert got == want, key
+        assert want, f"{key}: the scenario gives this chart nothing to plot"
+
+
+def test_case_the_first_night_s_debt_chart_draws_the_money_owed(
+    report, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Case: on a history's first night the chart of what is owed, by age, has one night to show;
+    an area over one night has no width (the chart was empty while the scorecard showed money
+    owed): one night is drawn as a stacked bar, every bucket with money owed a visible mark."""
+    import vl_convert
+
+    data_dir, _, _ = report
+    night = ms.NIGHTS[0]
+    spec = _plotted(data_dir, night, monkeypatch)["debt"]
+    owed = [p for p in spec["data"]["values"] if p["amount"] > 0]
+    assert owed, "the scenario owes money on its first night"
+    svg = vl_convert.vegalite_to_svg(spec)
+    drawn = re.findall(r'<path[^>]*aria-roledescription="bar"[^>]*d="([^"]+)"', svg)
+    assert len(drawn) == len(spec["data"]["values"]), svg[:400]
+    assert sum(1 for d in drawn if not re.fullmatch(r"M[^h]*h[^v]*v-?0(\.0+)?h[^Z]*Z", d)) == len(owed)

@@ -343,20 +343,18 @@ def _area_chart(rows: list[dict[str, Any]]) -> str:
         return ""
     import altair as alt
 
-    chart = (
-        _base(rows)
-        .mark_area()
-        .encode(
-            x=alt.X("night:T", title=None, axis=alt.Axis(format="%b %d")),
-            y=alt.Y("amount:Q", title=None, stack="zero", axis=alt.Axis(format="$,.0f")),
-            color=alt.Color(
-                "bucket:N",
-                sort=[label for _, label in BUCKETS],
-                scale=alt.Scale(range=["#9ecae1", "#fdae6b", "#f16913", "#a50f15"]),
-                legend=_legend(),
-            ),
-            order=alt.Order("order:Q"),
-        )
+    # An area over one night has no width: a history's first night is a stacked bar.
+    one_night = len({r["night"] for r in rows}) < 2
+    chart = (_base(rows).mark_bar() if one_night else _base(rows).mark_area()).encode(
+        x=alt.X("night:T", title=None, axis=alt.Axis(format="%b %d")),
+        y=alt.Y("amount:Q", title=None, stack="zero", axis=alt.Axis(format="$,.0f")),
+        color=alt.Color(
+            "bucket:N",
+            sort=[label for _, label in BUCKETS],
+            scale=alt.Scale(range=["#9ecae1", "#fdae6b", "#f16913", "#a50f15"]),
+            legend=_legend(),
+        ),
+        order=alt.Order("order:Q"),
     )
     return _render(chart)
 
