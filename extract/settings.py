@@ -3,7 +3,7 @@
 A command builds one :class:`Settings` (:meth:`Settings.load`, from the environment) and passes
 it down; each part takes what it needs from it (:meth:`ServiceSettings.from_settings`,
 ``ClientOptions.from_settings``, ``SyncOptions.from_settings``, ``DataDir.from_settings``, ...).
-No other module reads a ``MEMBERSYNC_*`` variable (``tests/test_settings.py`` checks it).
+No other module reads a ``MEMBERSYNC_*`` variable (``tests/unit/extract/test_settings.py`` checks it).
 
 A bad value is a one-line :class:`SettingsError` naming the variable (the CLI exits 2); a secret's
 value (credentials, notification URLs) is never shown, and passwords are held as

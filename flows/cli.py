@@ -400,13 +400,14 @@ def check(
 # manager would). `membersync check` installs the missing ones when it can (root with apt-get, as on
 # a fresh CI machine); the tests that need them fail with a clear message when they are absent.
 SYSTEM_PACKAGES: dict[str, str] = {  # executable -> Debian package
-    # tests/test_warehouse_xlsx.py opens the report workbook in LibreOffice Calc and reads the PDF;
+    # tests/unit/warehouse/test_warehouse_xlsx.py opens the report workbook in LibreOffice Calc
+    # and reads the PDF;
     # the -nogui build is the smallest headless soffice with Calc (no X11/GTK).
     "soffice": "libreoffice-calc-nogui",
     "pdftotext": "poppler-utils",
-    # tests/test_serve_ui.py opens `membersync serve`'s Prefect UI in headless chromium (playwright).
+    # tests/unit/flows/test_serve_ui.py opens `membersync serve`'s Prefect UI in headless chromium.
     "chromium": "chromium",
-    # tests/test_work_pool.py runs its Prefect server on PostgreSQL, as a pool of workers should:
+    # tests/scenarios/test_work_pool.py runs its Prefect server on PostgreSQL, as a pool of workers should:
     # on SQLite, 3 workers' writes lock the file and the server drops events ("database is locked").
     "initdb": "postgresql",
 }

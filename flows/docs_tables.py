@@ -9,7 +9,7 @@
     python -m membersync.flows.docs_tables --check  # exit 1 when a file is not what it would write
 
 Each file keeps its own prose; only the text between ``<!-- BEGIN name ... -->`` and
-``<!-- END name -->`` is generated (``tests/test_docs_tables.py`` fails when it drifts).
+``<!-- END name -->`` is generated (``tests/unit/flows/test_docs_tables.py`` fails when it drifts).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ server that is itself shutting down can keep the engine retrying its state repor
 minutes), or at a second signal, the process stops at once: it prints the same line, stops its
 child processes (if any: the local Prefect server is a thread of this one) and exits 130.
 Nothing is lost either way: the landing zone survives a SIGKILL anywhere (see
-``tests/test_reliability_kills.py``).
+``tests/scenarios/test_reliability_kills.py``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ staging, checked against the planned clients, and the night goes on as usual (se
 **one** commit, build): a night fetched by shards commits exactly like one fetched in one process.
 
 The pieces without Prefect (:func:`plan_for`, :func:`land_shard`, :func:`collect`) are plain
-functions; ``tests/test_shards.py`` runs them on loopback.
+functions; ``tests/scenarios/test_shards.py`` runs them on loopback.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 - ``s3_endpoint`` (per module): moto's S3 server on 127.0.0.1, in a process of its own;
   ``aws_env``: the standard AWS variables for it (set in this process too), with bucket
   ``BUCKET`` created.
-- ``prefect_database``: a fresh PostgreSQL server for a Prefect server (``tests/postgres.py``).
+- ``prefect_database``: a fresh PostgreSQL server for a Prefect server (``tests/support/postgres.py``).
 - ``tmp_root``: a temporary directory, removed after the test; ``sandboxes(**config)``:
   ``fresh_sandbox`` with the reliability scenarios' fixed anchor date (``reliability.ANCHOR``).
 
@@ -34,9 +34,20 @@ from typing import Any
 
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+
+# The helpers (truth, scenarios, fixtures' servers) live in tests/support, imported by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from receiver import receiver  # noqa: F401  (a fixture for every test)
 from reliability import ANCHOR
 
 BUCKET = "membersync-test"
+
+
+def s3_prefix(name: str) -> str:
+    """A location of its own in the test bucket: ``s3://BUCKET/<name>-<pid>-<ns>``."""
+    return f"s3://{BUCKET}/{name}-{os.getpid()}-{time.monotonic_ns()}"
+
+
 KEY_ID, SECRET = "AKIDTESTOBJECTSTORE", "object-store-secret-canary-7f3a"
 _USER_CACHE: list[str] = []
 

@@ -31,12 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("extract", "models", "flows", "warehouse", "sql")
 TRUTH = (
-    "tests/test_reports_truth.py::"
+    "tests/scenarios/test_reports_truth.py::"
     "test_every_report_equals_the_truth_after_a_full_night_and_two_incremental_ones"
 )
-BUILT = "tests/test_warehouse_build.py"
-MORNING = "tests/test_morning_reports.py"
-HTML = "tests/test_morning_html.py"
+BUILT = "tests/unit/warehouse/test_warehouse_build.py"
+MORNING = "tests/unit/warehouse/test_morning_reports.py"
+HTML = "tests/unit/warehouse/test_morning_html.py"
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "sql/reports/top_debtors.sql",
         "and payments.payment_date <= top_debtors.snapshot_date",
         "and payments.payment_date <= top_debtors.snapshot_date + 1",
-        ("tests/test_reports_truth.py::test_case_payment_on_a_sale_older_than_any_window",),
+        ("tests/scenarios/test_reports_truth.py::test_case_payment_on_a_sale_older_than_any_window",),
         "a payment of the day after the night counted",
     ),
     Mutation(
@@ -161,7 +161,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "warehouse/landing.py",
         "                        _remove(entry)  # the replaced files of an earlier run of this night",
         "                        pass  # the replaced files of an earlier run of this night",
-        ("tests/test_landing.py::test_rerun_of_a_night_replaces_it_without_duplicates",),
+        ("tests/unit/warehouse/test_landing.py::test_rerun_of_a_night_replaces_it_without_duplicates",),
         "a rerun night's replaced files left beside the new ones",
     ),
     Mutation(
@@ -169,7 +169,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "warehouse/landing.py",
         "    if got != expected:",
         "    if got < 0:",
-        ("tests/test_resume.py",),
+        ("tests/scenarios/test_resume.py",),
         "a commit missing clients goes through",
     ),
     # --- the self-audit -----------------------------------------------------------------------------
@@ -179,7 +179,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         '    "billing_accounts",\n)',
         ")",
         (
-            "tests/test_audit.py::test_every_compared_table_has_a_kind_of_silent_change_and_every_kind_a_compared_table",
+            "tests/scenarios/test_audit.py::test_every_compared_table_has_a_kind_of_silent_change_and_every_kind_a_compared_table",
         ),
         "billing accounts no longer audited",
     ),
@@ -188,7 +188,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "flows/audit.py",
         'AUDITED_TABLES: tuple[str, ...] = (\n    "clients",\n',
         "AUDITED_TABLES: tuple[str, ...] = (\n",
-        ("tests/test_audit.py",),
+        ("tests/scenarios/test_audit.py",),
         "client records no longer audited",
     ),
     Mutation(
@@ -197,7 +197,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         'VOLATILE_COLUMNS: dict[str, frozenset[str]] = {"ledger_balances": frozenset({"as_of"})}',
         "VOLATILE_COLUMNS: dict[str, frozenset[str]] = {}",
         (
-            "tests/test_audit.py::test_no_silent_change_means_no_difference_even_with_drift_and_store_local_times",
+            "tests/scenarios/test_audit.py::test_no_silent_change_means_no_difference_even_with_drift_and_store_local_times",
         ),
         "every client flagged by the ledger's as-of date",
     ),
@@ -207,7 +207,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "extract/constants.py",
         "RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})",
         "RETRY_STATUSES = frozenset({429, 500, 502, 504})",
-        ("tests/test_client_retry.py",),
+        ("tests/unit/extract/test_retry.py",),
         "a 503 is final",
     ),
     Mutation(
@@ -215,7 +215,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "extract/constants.py",
         "MAX_RETRIES = 5  #",
         "MAX_RETRIES = 4  #",
-        ("tests/test_client_retry.py",),
+        ("tests/unit/extract/test_retry.py",),
         "one attempt fewer than documented",
     ),
     Mutation(
@@ -223,7 +223,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "extract/constants.py",
         "RETRY_AFTER_MAX = 120.0",
         "RETRY_AFTER_MAX = 1e9",
-        ("tests/test_client_retry.py",),
+        ("tests/unit/extract/test_retry.py",),
         "a server's huge Retry-After obeyed whole",
     ),
     Mutation(
@@ -231,7 +231,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "extract/limits.py",
         "        self._set(self.level * (1.0 - K.RATE_MARGIN))",
         "        self._set(self.level)",
-        ("tests/test_limits.py",),
+        ("tests/unit/extract/test_limits.py",),
         "the cut lands on the limit, not under it",
     ),
     Mutation(
@@ -239,7 +239,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "extract/limits.py",
         "        self._pause(now, self._shared_pause(retry_after))\n",
         "",
-        ("tests/test_limits.py", "tests/test_client_retry.py"),
+        ("tests/unit/extract/test_limits.py", "tests/unit/extract/test_client.py"),
         "a 429 pauses only the refused request",
     ),
     # --- privacy: forget, retention, secrets -----------------------------------------------------------
@@ -249,7 +249,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    sweep_personal_files(zone.data_dir)  # ... so the old ones go",
         "    pass  # ... so the old ones go",
         (
-            "tests/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
+            "tests/unit/warehouse/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
         ),
         "the pre-erasure identity files stay on disk",
     ),
@@ -259,7 +259,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         '    reports = reexport(zone.data_dir, erasure.plan.get("reports", []))',
         "    reports: list[str] = []",
         (
-            "tests/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
+            "tests/unit/warehouse/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
         ),
         "the night's reports still name the forgotten client",
     ),
@@ -269,7 +269,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "or (daily_from is not None and n < daily_from and n not in month_ends)",
         "or (daily_from is not None and n < daily_from)",
         (
-            "tests/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
+            "tests/unit/warehouse/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
         ),
         "month-end nights removed with the daily ones",
     ),
@@ -279,8 +279,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if (monthly_from is not None and n < monthly_from)",
         "if (monthly_from is not None and n <= monthly_from)",
         (
-            "tests/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
-            "tests/test_retention.py::test_case_the_nights_on_the_horizons_themselves_are_kept",
+            "tests/unit/warehouse/test_retention.py::test_case_the_nights_kept_over_430_nights_are_the_rules_by_business_date",
+            "tests/unit/warehouse/test_retention.py::test_case_the_nights_on_the_horizons_themselves_are_kept",
         ),
         "the horizon's own night removed",
     ),
@@ -290,7 +290,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         'SECRET_FIELD_NAMES: tuple[str, ...] = (*sorted(catalogue.SECRET_FIELDS), "authorization")',
         "SECRET_FIELD_NAMES: tuple[str, ...] = "
         '(*sorted(catalogue.SECRET_FIELDS - {"vaultToken"}), "authorization")',
-        ("tests/test_landing.py::test_secrets_never_reach_any_written_file", "tests/test_client_retry.py"),
+        (
+            "tests/unit/warehouse/test_landing.py::test_secrets_never_reach_any_written_file",
+            "tests/unit/extract/test_redact.py",
+        ),
         "a vault token written to a log",
     ),
     # --- the morning report's charts ------------------------------------------------------------

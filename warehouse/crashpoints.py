@@ -14,7 +14,7 @@ The points sit at the step boundaries of a night:
 - ``after_state_saved``: the state is saved, the staging area not yet cleaned
 - ``during_warehouse_build``: the new warehouse file is half built
 
-and one in a shard of a sharded night (:data:`SHARD_POINTS`, ``tests/test_shards.py``):
+and one in a shard of a sharded night (:data:`SHARD_POINTS`, ``tests/scenarios/test_shards.py``):
 
 - ``after_shard_batch``: a shard wrote a batch and its marker to the shard area
 

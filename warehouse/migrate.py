@@ -16,7 +16,7 @@ that holds the lock (:func:`membersync.warehouse.upkeep.upkeep`), migrates what 
 sweeps the files no manifest names. When every night is migrated, the warehouse (whose parts held
 personal data) is removed, to be built again in full, and the self-audit's files are rewritten
 by key. The reports already exported stay as they are: the new layout exports them byte for byte
-(``tests/test_migrate.py``).
+(``tests/unit/warehouse/test_migrate.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every benchmark of membersync, in one place (speed targets live here, never in timed tests).
 
 A benchmark may import from every layer; no product code imports a benchmark except the
-``membersync bench`` command in ``flows/cli.py``, inside the command (``tests/test_import_graph.py``
+``membersync bench`` command in ``flows/cli.py``, inside the command (``tests/house/test_import_graph.py``
 checks this). The current figures and their targets, each with its command and commit:
 docs/benchmarks.md (earlier ones: ``git log``).
 

@@ -1,0 +1,34 @@
+"""The import graph of membersync (issue 11): no module-level cycle (see tests/support/import_graph.py), and
+the benchmarks are not product code."""
+
+from __future__ import annotations
+
+from import_graph import FOLDERS, ROOT, cycles, graph, module_level_imports, module_name
+
+BENCHMARKS = "membersync.flows.benchmarks"
+
+
+def test_no_import_cycle() -> None:
+    edges = graph()
+    assert len(edges) > 40  # the graph really covers the package
+    assert cycles(edges) == []
+
+
+def test_benchmarks_are_not_product_code() -> None:
+    """Benchmarks may import any layer; only the ``bench`` command imports them, inside itself."""
+    importers: dict[str, set[str]] = {}
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            name = module_name(path)
+            if name == BENCHMARKS or name.startswith(BENCHMARKS + "."):
+                continue
+            hits = {
+                t
+                for t in module_level_imports(path, anywhere=True)
+                if t == BENCHMARKS or t.startswith(BENCHMARKS + ".")
+            }
+            if hits:
+                importers[name] = hits
+    assert set(importers) == {"membersync.flows.cli"}, importers
+    at_import = module_level_imports(ROOT / "flows" / "cli.py", anywhere=False)
+    assert not any(t.startswith(BENCHMARKS) for t in at_import)  # imported inside `bench` only
