@@ -68,7 +68,7 @@ STORES = (
 UNLISTED_STORECODE = "EASTSIDE  "  # a store removed from the store list; balances and memberships remain
 ODD_STATUSES = ("Suspended", "Pending")  # membership statuses outside the contract's five
 # OnHold as a vendor may spell it: with a space, upper case and an underscore. Both sides read it
-# as OnHold (tests/truth.py states the interpretation; the staging SQL implements it), and the
+# as OnHold (tests/support/truth.py states the interpretation; the staging SQL implements it), and the
 # sandbox serves it so that a reading differing between them shows.
 SPELLED_STATUSES = ("On Hold", "ON_HOLD")
 # A voided sale as a vendor may spell it (enumerations compare case-insensitively): a reading

@@ -320,7 +320,9 @@ class Writes(ServiceCore):
             raise invalid("points", "must not be 0")
         reason = _req_text(body, "reason")
         balance = client.points.get(store.storecode, 0)
-        if balance + points < 0:
+        # Only a redemption can be refused for want of points: an earning on an overdrawn balance
+        # (a refunded sale's points already spent) is accepted and reduces the overdraft.
+        if points < 0 and balance + points < 0:
             raise conflict("insufficient_points", f"points: the balance at {store.storecode!r} is {balance}")
         client.points[store.storecode] = balance + points
         txn = m.PointsTransaction(

@@ -843,6 +843,38 @@ def test_points_gift_certs_comments_prefs_profile_referrals_webdocs(
     )
 
 
+def test_case_points_earned_on_an_overdrawn_balance_are_accepted(
+    http: httpx.Client, sb: RunningSandbox
+) -> None:
+    """The seed overdraws a few clients' points (a redemption whose earning sale was refunded):
+    earning points reduces the overdraft; only a redemption below zero is refused."""
+
+    def overdrawn(service: Any) -> list[tuple[str, str, int]]:
+        return [
+            (c.client_number, code, points)
+            for c in service.iter_clients()
+            for code, points in c.points.items()
+            if points < 0
+        ]
+
+    number, store, before = sb.call(overdrawn)[0]
+    post(
+        http,
+        "clients/insertpoints",
+        {"clientNumber": number, "storecode": store, "points": 5, "reason": "Bonus"},
+    )
+    assert {"storecode": store, "points": before + 5} in get(
+        http, "clients/pointsbalance", clientNumber=number
+    )["balances"]
+    expect_error(
+        http.post(
+            P + "clients/insertpoints",
+            json={"clientNumber": number, "storecode": store, "points": -1, "reason": "Use"},
+        ),
+        409,
+    )
+
+
 def test_share_and_unshare_an_affiliated_package(http: httpx.Client, sb: RunningSandbox) -> None:
     owner_ms = sb.call(lambda s: next(k for k, v in s.shares.items() if v))
     newcomer, _, _ = new_client(http, sb)
