@@ -92,6 +92,12 @@ REPORTS: dict[str, Report] = {
             sheet="Points liability",
         ),
         Report(
+            "package_liability_by_store",
+            "storecode",
+            total=TotalRow(("open_packages", "sessions_remaining", "liability")),
+            sheet="Package liability",
+        ),
+        Report(
             "eft_draw_forecast",
             "storecode, draw_day",
             total=TotalRow(("active_eft_memberships", "monthly_dues_total")),

@@ -220,7 +220,7 @@ STREETS = [
 
 PACKAGES = (  # name, price, sessions, affiliated, store index (None = every store)
     ("Massage 5-pack", "425.00", 5, False, None),
-    ("Facial 3-pack", "249.00", 3, False, None),
+    ("Facial 3-pack", "250.00", 3, False, None),  # 83.33... a session: liability rounds per package
     ("Personal Training 10", "650.00", 10, False, None),
     ("Couples Massage 4", "780.00", 4, True, None),
     ("Family Swim 20", "199.99", 20, True, None),

@@ -31,6 +31,11 @@ and as "On Hold" and "ON_HOLD" (``SPELLED_STATUSES``). Interpretations:
   same with exact integer arithmetic); ``None`` when active + frozen = 0.
 - ``eft_draw_forecast``: every store x every draw day of the night's draw-day list, plus any
   day an active EFT membership uses (0 for a membership without one), zeros included.
+- ``package_liability_by_store``: the packages each client owns (a shared package counts once, at
+  its owner), by the client package's storecode: open on a night when sessions remain and its
+  expiration date is on or after the night (none: no expiry); liability = sessions remaining x
+  the package list's price / its sessions, half-up to the cent per package, summed per store; a
+  package off the night's list counts at no price.
 - ``revenue_by_store_day``: non-voided transactions of the whole history, by the transaction's
   storecode and local date; ``transactions`` counts distinct receipts per (store, date, type);
   amount is before tax. Rows up to and including the night (the CSV's rule; the view can hold a
@@ -58,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from membersync.extract.sandbox import model as m
     from membersync.extract.sandbox.state import Service
     from membersync.warehouse.paths import DataDir
 
@@ -128,6 +134,12 @@ SPECS: dict[str, ReportSpec] = {
             ("snapshot_date", "storecode"),
             ("snapshot_date", "storecode", "store_name", "clients_with_points", "points_outstanding"),
             sums=("clients_with_points", "points_outstanding"),
+        ),
+        ReportSpec(
+            "package_liability_by_store",
+            ("snapshot_date", "storecode"),
+            ("snapshot_date", "storecode", "store_name", "open_packages", "sessions_remaining", "liability"),
+            sums=("open_packages", "sessions_remaining", "liability"),
         ),
         ReportSpec(
             "eft_draw_forecast",
@@ -216,6 +228,7 @@ def compute_truth(service: Service, night: dt.date, forgotten: Mapping[str, str]
         "outstanding_balances_by_store": outstanding_balances(service, night),
         "frozen_memberships_by_store": frozen_memberships(service, night),
         "points_liability_by_store": points_liability(service, night),
+        "package_liability_by_store": package_liability(service, night),
         "eft_draw_forecast": eft_draw_forecast(service, night),
         "revenue_by_store_day": revenue_by_store_day(service, night),
         "membership_status_daily": membership_status_daily(service, night),
@@ -281,6 +294,40 @@ def membership_status_daily(service: Service, night: dt.date) -> list[Row]:
         for code in service.stores
         for status in STATUS_BUCKETS
     ]
+
+
+def open_packages(service: Service, night: dt.date) -> list[m.ClientPackage]:
+    """Every client package open on ``night``: sessions remain and it has not expired."""
+    return [
+        p
+        for c in service.clients.values()
+        for p in c.packages
+        if p.sessions_remaining > 0 and (p.expiration_date is None or p.expiration_date >= night)
+    ]
+
+
+def package_liability(service: Service, night: dt.date) -> list[Row]:
+    def liability(p: m.ClientPackage) -> Decimal:
+        listed = service.package_types.get(p.package_id)
+        if listed is None or listed.sessions <= 0:
+            return ZERO
+        return (p.sessions_remaining * listed.price / listed.sessions).quantize(CENT, ROUND_HALF_UP)
+
+    rows = []
+    packages = open_packages(service, night)
+    for code, store in service.stores.items():
+        here = [p for p in packages if p.storecode == code]
+        rows.append(
+            {
+                "snapshot_date": night,
+                "storecode": code,
+                "store_name": store.name,
+                "open_packages": len(here),
+                "sessions_remaining": sum(p.sessions_remaining for p in here),
+                "liability": sum((liability(p) for p in here), ZERO),
+            }
+        )
+    return rows
 
 
 def points_liability(service: Service, night: dt.date) -> list[Row]:

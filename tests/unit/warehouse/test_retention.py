@@ -38,6 +38,7 @@ SNAPSHOT_REPORTS = (
     "outstanding_balances_by_store",
     "frozen_memberships_by_store",
     "points_liability_by_store",
+    "package_liability_by_store",
     "eft_draw_forecast",
     "membership_status_daily",
     "top_debtors",

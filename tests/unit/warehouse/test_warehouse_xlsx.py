@@ -38,6 +38,7 @@ SHEETS = {
     "outstanding_balances_by_store": "Outstanding balances",
     "frozen_memberships_by_store": "Frozen memberships",
     "points_liability_by_store": "Points liability",
+    "package_liability_by_store": "Package liability",
     "eft_draw_forecast": "EFT draw forecast",
     "revenue_by_store_day": "Revenue by store and day",
     "membership_status_daily": "Membership status daily",
@@ -51,7 +52,7 @@ SHEETS = {
 }
 MONEY = {"amount_owed", "credit_amount", "net_balance", "monthly_dues_total", "amount", "tax", "balance"}
 MONEY |= {"owed_0_29", "owed_30_59", "owed_60_89", "owed_90_plus", "revenue_7d"}
-MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr"}
+MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr", "liability"}
 # the scorecard's figures a week and a month earlier: empty here (the scenario has 3 nights)
 MONEY_COMPARED = {
     f"{f}{w}" for f in ("mrr", "amount_owed", "owed_90_plus", "revenue_7d") for w in ("_week", "_month")
