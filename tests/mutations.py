@@ -156,6 +156,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a package's liability truncated (2 x 83.33... = 166.66), not rounded half-up",
     ),
     Mutation(
+        "gift_void_counted",
+        "sql/reports/gift_certificate_liability_by_store.sql",
+        "where type = 'G' and not is_voided",
+        "where type = 'G'",
+        ("tests/scenarios/test_reports_truth.py::test_case_a_late_void_of_a_gift_certificate_sale",),
+        "a voided gift-certificate sale still counted as sold",
+    ),
+    Mutation(
+        "gift_redeemed_by_kind",
+        "sql/reports/gift_certificate_liability_by_store.sql",
+        "where upper(trim(kind)) = 'GIFT'",
+        "where upper(trim(kind)) = 'CARD'",
+        (TRUTH,),
+        "card payments taken for redeemed certificates",
+    ),
+    Mutation(
         "churn_window",
         "sql/reports/churn_by_store_month.sql",
         "and window_months.month > monthly.month - interval 12 month",

@@ -98,6 +98,12 @@ REPORTS: dict[str, Report] = {
             sheet="Package liability",
         ),
         Report(
+            "gift_certificate_liability_by_store",
+            "storecode",
+            total=TotalRow(("sold", "redeemed", "outstanding")),
+            sheet="Gift certificate liability",
+        ),
+        Report(
             "eft_draw_forecast",
             "storecode, draw_day",
             total=TotalRow(("active_eft_memberships", "monthly_dues_total")),

@@ -253,6 +253,19 @@ class OldSale:
     sold: dt.date
 
 
+def old_gift_certificate_sale(service: Service, night: dt.date, exclude: set[str]) -> OldSale:
+    """A saved sale with a gift-certificate line, older than any window, of a client left alone."""
+    return next(
+        OldSale(t.receipt_number, t.client_number, t.storecode, t.local_datetime.date())
+        for _, t in sorted(service.transactions.items())
+        if t.client_number not in exclude
+        and t.storecode in service.stores
+        and not truth.is_voided(t.status)
+        and t.local_datetime.date() < night - OLD
+        and any(line.type == "G" for line in t.lines)
+    )
+
+
 def old_sale_carrying_the_last_payment(
     service: Service, night: dt.date, rows: list[truth.Row], exclude: set[str]
 ) -> OldSale:
@@ -320,6 +333,7 @@ class Scenario:
     closed_now: str = ""  # a store closed between nights 1 and 2
     tie_joiner: str = ""
     closed_store_void: OldSale | None = None
+    gift_voided: OldSale | None = None  # a gift-certificate sale voided late (before night 2)
     expiring: tuple[str, str, str] = ("", "", "")  # client, client package, store: expires after night 1
     redeemed: tuple[str, str, str] = ("", "", "")  # a session used before night 2
     watched_receipts: set[str] = field(default_factory=set)
@@ -473,7 +487,12 @@ def ordinary_writes(sandbox: RunningSandbox, w: Writer, keep_out: set[str]) -> N
     )
 
     # sales of every type, with payments (one partial), at the client's home store
-    clients = [c for c in sandbox.call(lambda s: list(s.iter_clients())) if c.client_number not in keep_out]
+    open_stores = sandbox.call(lambda s: {code for code, store in s.stores.items() if store.active})
+    clients = [
+        c
+        for c in sandbox.call(lambda s: list(s.iter_clients()))
+        if c.client_number not in keep_out and c.home_store in open_stores  # a closed store sells nothing
+    ]
     packages = sandbox.call(lambda s: [p for p in s.package_types.values() if p.storecode is None])
     receipts = []
     for i, client in enumerate(clients[:4]):
@@ -648,6 +667,9 @@ def choose_targets(sandbox: RunningSandbox, scenario: Scenario) -> None:
             night,
         )
     )
+    scenario.gift_voided = sandbox.call(lambda s: old_gift_certificate_sale(s, night, keep_out))
+    keep_out.add(scenario.gift_voided.client)
+    scenario.watched_receipts.add(scenario.gift_voided.receipt)
     scenario.voided, scenario.paid, scenario.keep_out = voided, paid, keep_out
     scenario.adjusted = (number, code, "", night - dt.timedelta(days=45))
     scenario.watched_receipts |= {voided.receipt, paid.receipt}
@@ -663,6 +685,9 @@ def before_night_2(sandbox: RunningSandbox, scenario: Scenario) -> None:
     assert voided is not None and paid is not None and scenario.adjusted is not None
     sandbox.call(lambda s: void_at_till(s, voided.receipt))
     sandbox.call(lambda s: redeem_at_till(s, *scenario.redeemed[:2]))
+    gift_voided = scenario.gift_voided
+    assert gift_voided is not None
+    sandbox.call(lambda s: void_at_till(s, gift_voided.receipt))
     w.pay(paid.receipt, "1.00")
     # Dated the day after the first night, in store time, at whatever hour the test runs: the first
     # night's report, read again once the payment has landed, must not count it.
@@ -1009,6 +1034,19 @@ def test_case_packages_sold_between_nights(run: Run) -> None:
     sold = set(run.nights[1].facts["packages"]) - set(run.nights[0].facts["packages"])
     assert len(sold) >= 4  # the ordinary writes' package sales
     assert_case(run.nights[1], "package_liability_by_store", lambda _row: True)
+
+
+def test_case_a_late_void_of_a_gift_certificate_sale(run: Run) -> None:
+    """A certificate sold long ago, voided before the second night: sold and outstanding drop at
+    its store on the second night; certificates redeemed (GIFT payments) count on both."""
+    sale = run.scenario.gift_voided
+    first, second, _ = run.nights
+    assert sale is not None and sale.client not in run.scenario.written_clients
+    assert first.facts["status"][sale.receipt] == "Saved"
+    assert second.facts["status"][sale.receipt] == "Voided"
+    for night in (first, second):
+        assert_case(night, "gift_certificate_liability_by_store", at_store(sale.storecode))
+    assert any(r["redeemed"] > 0 for r in first.truth["gift_certificate_liability_by_store"])
 
 
 def test_case_points_adjustment_back_dated(run: Run) -> None:

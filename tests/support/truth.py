@@ -36,6 +36,10 @@ and as "On Hold" and "ON_HOLD" (``SPELLED_STATUSES``). Interpretations:
   expiration date is on or after the night (none: no expiry); liability = sessions remaining x
   the package list's price / its sessions, half-up to the cent per package, summed per store; a
   package off the night's list counts at no price.
+- ``gift_certificate_liability_by_store``: per store of the night's list, ``sold`` = the amounts of
+  the G lines of its non-voided sales dated (local) on or before the night, ``redeemed`` = the
+  payments whose payment type is of kind GIFT in the store's payment-type list, on its non-voided
+  sales, dated (local) on or before the night; ``outstanding`` = sold - redeemed.
 - ``revenue_by_store_day``: non-voided transactions of the whole history, by the transaction's
   storecode and local date; ``transactions`` counts distinct receipts per (store, date, type);
   amount is before tax. Rows up to and including the night (the CSV's rule; the view can hold a
@@ -142,6 +146,12 @@ SPECS: dict[str, ReportSpec] = {
             sums=("open_packages", "sessions_remaining", "liability"),
         ),
         ReportSpec(
+            "gift_certificate_liability_by_store",
+            ("snapshot_date", "storecode"),
+            ("snapshot_date", "storecode", "store_name", "sold", "redeemed", "outstanding"),
+            sums=("sold", "redeemed", "outstanding"),
+        ),
+        ReportSpec(
             "eft_draw_forecast",
             ("snapshot_date", "storecode", "draw_day"),
             ("snapshot_date", "storecode", "draw_day", "active_eft_memberships", "monthly_dues_total"),
@@ -229,6 +239,7 @@ def compute_truth(service: Service, night: dt.date, forgotten: Mapping[str, str]
         "frozen_memberships_by_store": frozen_memberships(service, night),
         "points_liability_by_store": points_liability(service, night),
         "package_liability_by_store": package_liability(service, night),
+        "gift_certificate_liability_by_store": gift_certificate_liability(service, night),
         "eft_draw_forecast": eft_draw_forecast(service, night),
         "revenue_by_store_day": revenue_by_store_day(service, night),
         "membership_status_daily": membership_status_daily(service, night),
@@ -328,6 +339,31 @@ def package_liability(service: Service, night: dt.date) -> list[Row]:
             }
         )
     return rows
+
+
+def gift_certificate_liability(service: Service, night: dt.date) -> list[Row]:
+    sold: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    redeemed: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for t in service.transactions.values():
+        if is_voided(t.status):
+            continue
+        if t.local_datetime.date() <= night:
+            sold[t.storecode] += sum((line.amount for line in t.lines if line.type == "G"), ZERO)
+        kinds = {p.code: p.kind for p in service.store_payment_types.get(t.storecode, ())}
+        for payment in t.payments:
+            if kinds.get(payment.payment_type) == "GIFT" and payment.local_datetime.date() <= night:
+                redeemed[t.storecode] += payment.amount
+    return [
+        {
+            "snapshot_date": night,
+            "storecode": code,
+            "store_name": store.name,
+            "sold": sold[code],
+            "redeemed": redeemed[code],
+            "outstanding": sold[code] - redeemed[code],
+        }
+        for code, store in service.stores.items()
+    ]
 
 
 def points_liability(service: Service, night: dt.date) -> list[Row]:

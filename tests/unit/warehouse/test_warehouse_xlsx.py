@@ -39,6 +39,7 @@ SHEETS = {
     "frozen_memberships_by_store": "Frozen memberships",
     "points_liability_by_store": "Points liability",
     "package_liability_by_store": "Package liability",
+    "gift_certificate_liability_by_store": "Gift certificate liability",
     "eft_draw_forecast": "EFT draw forecast",
     "revenue_by_store_day": "Revenue by store and day",
     "membership_status_daily": "Membership status daily",
@@ -53,6 +54,7 @@ SHEETS = {
 MONEY = {"amount_owed", "credit_amount", "net_balance", "monthly_dues_total", "amount", "tax", "balance"}
 MONEY |= {"owed_0_29", "owed_30_59", "owed_60_89", "owed_90_plus", "revenue_7d"}
 MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr", "liability"}
+MONEY |= {"sold", "redeemed", "outstanding"}
 # the scorecard's figures a week and a month earlier: empty here (the scenario has 3 nights)
 MONEY_COMPARED = {
     f"{f}{w}" for f in ("mrr", "amount_owed", "owed_90_plus", "revenue_7d") for w in ("_week", "_month")
