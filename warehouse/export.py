@@ -104,6 +104,12 @@ REPORTS: dict[str, Report] = {
             sheet="Gift certificate liability",
         ),
         Report(
+            "package_liability_roll_forward",
+            "storecode",
+            total=TotalRow(("opening_liability", "sold", "redeemed", "expired", "closing_liability")),
+            sheet="Package roll-forward",
+        ),
+        Report(
             "eft_draw_forecast",
             "storecode, draw_day",
             total=TotalRow(("active_eft_memberships", "monthly_dues_total")),

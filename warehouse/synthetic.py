@@ -61,6 +61,21 @@ class Sale:
     lines: list[tuple[str, int, Decimal]]  # (type, quantity, price per unit)
 
 
+# The package list: (package id, price, sessions). 100.00 / 3 is 33.33... a session: the
+# liability rounds per package.
+PACKAGE_LIST = (("PK1", Decimal("425.00"), 5), ("PK2", Decimal("100.00"), 3), ("PK3", Decimal("650.00"), 10))
+PACKAGE_DAYS = 365  # a package expires this many days after it was bought
+
+
+@dataclass
+class Package:
+    client_package_id: str
+    package_id: str
+    bought: dt.date
+    sessions_total: int
+    sessions_remaining: int
+
+
 @dataclass
 class Client:
     number: str
@@ -71,6 +86,7 @@ class Client:
     points: int
     sales: list[Sale] = field(default_factory=list)
     points_events: list[tuple[str, dt.datetime, int]] = field(default_factory=list)
+    packages: list[Package] = field(default_factory=list)
     last_modified: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
@@ -79,6 +95,8 @@ class History:
 
     def __init__(self, clients: int, seed: int = 7) -> None:
         self.rng = random.Random(seed)
+        # packages draw from a stream of their own: the other tables' rows stay as they were
+        self.package_rng = random.Random(seed + 1)
         self.receipts = 0
         self.clients = [self._new_client(i) for i in range(1, clients + 1)]
 
@@ -94,7 +112,29 @@ class History:
         )
         for _ in range(rng.randint(0, 4)):  # some history before the first night
             self._sell(client, FIRST_NIGHT - dt.timedelta(days=rng.randint(1, 365)))
+        if self.package_rng.random() < 0.4:
+            self._buy_package(client, FIRST_NIGHT - dt.timedelta(days=self.package_rng.randint(1, 300)))
         return client
+
+    def _buy_package(self, client: Client, day: dt.date) -> None:
+        package_id, _, sessions = self.package_rng.choice(PACKAGE_LIST)
+        number = f"CP{client.number}-{len(client.packages) + 1}"
+        used = self.package_rng.randint(0, sessions - 1) if day < FIRST_NIGHT else 0
+        client.packages.append(Package(number, package_id, day, sessions, sessions - used))
+
+    def _use_packages(self, client: Client, night: dt.date) -> None:
+        """Now and then a session used, or a package bought: packages also expire, a date passing."""
+        prng = self.package_rng
+        roll = prng.random()
+        usable = [
+            p
+            for p in client.packages
+            if p.sessions_remaining and night - p.bought <= dt.timedelta(PACKAGE_DAYS)
+        ]
+        if roll < 0.3 and usable:
+            prng.choice(usable).sessions_remaining -= 1
+        elif roll < 0.4:
+            self._buy_package(client, night)
 
     def _sell(self, client: Client, day: dt.date) -> None:
         rng = self.rng
@@ -119,6 +159,7 @@ class History:
             client.status = rng.choice(STATUSES)
         client.balance += Decimal(rng.randint(-3000, 3000)) * CENT
         client.points += rng.randint(-20, 40)
+        self._use_packages(client, night)
         client.last_modified = dt.datetime.combine(night, dt.time(1, 0), tzinfo=dt.UTC)
 
     def night_rows(self, night: dt.date, synced: list[Client]) -> dict[str, list[dict[str, Any]]]:
@@ -128,6 +169,10 @@ class History:
                 for s in STORES
             ],
             "eft_draw_days": [{"day": d, "description": f"day {d}"} for d in (1, 15)],
+            "sellable_packages": [
+                {"package_id": pid, "name": f"Package {pid}", "price": price, "sessions": sessions}
+                for pid, price, sessions in PACKAGE_LIST
+            ],
         }
         for client in synced:
             for table, table_rows in _client_rows(client).items():
@@ -165,6 +210,20 @@ def _state_rows(c: Client) -> dict[str, list[dict[str, Any]]]:
             else []
         ),
         "comm_prefs": [{"client_number": n, "email": True, "sms": i % 2 == 0}],
+        "client_packages": [
+            {
+                "client_number": n,
+                "client_package_id": p.client_package_id,
+                "package_id": p.package_id,
+                "name": f"Package {p.package_id}",
+                "storecode": c.store,
+                "purchase_date": p.bought,
+                "expiration_date": p.bought + dt.timedelta(days=PACKAGE_DAYS),
+                "sessions_total": p.sessions_total,
+                "sessions_remaining": p.sessions_remaining,
+            }
+            for p in c.packages
+        ],
     }
 
 

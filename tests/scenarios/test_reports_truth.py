@@ -753,6 +753,7 @@ def run() -> Iterator[Run]:
             scenario = Scenario(first_store=sandbox.call(busiest_store))
             choose_targets(sandbox, scenario)
             nights: list[Night] = []
+            owed_before: dict[str, truth.PackageOwed] | None = None
             for k, night in enumerate(NIGHTS):
                 if k == 1:
                     before_night_2(sandbox, scenario)
@@ -761,6 +762,11 @@ def run() -> Iterator[Run]:
                 outcome = ws.sync(ws.argv(night))
                 assert outcome.ok, outcome.describe()
                 nights.append(read_night(ws, sandbox, night, outcome.summary_value("mode"), scenario))
+                # the roll-forward's truth needs the night before: kept from night to night
+                nights[-1].truth["package_liability_roll_forward"] = sandbox.call(
+                    lambda s, night=night, before=owed_before: truth.package_roll_forward_of(s, night, before)
+                )
+                owed_before = sandbox.call(lambda s, night=night: truth.packages_owed(s, night))
             yield Run(sandbox, scenario, nights, ws.data_dir)
     finally:
         sandbox.stop()
@@ -1019,6 +1025,8 @@ def test_case_a_package_expires_as_a_date_passes(run: Run) -> None:
     assert sessions > 0 and expires == first.date < second.date
     for night in (first, second):
         assert_case(night, "package_liability_by_store", at_store(code))
+    (moved,) = assert_case(second, "package_liability_roll_forward", at_store(code))
+    assert moved["expired"] > 0  # the package's liability the night before, as breakage
 
 
 def test_case_a_session_redeemed_between_nights(run: Run) -> None:
@@ -1028,6 +1036,27 @@ def test_case_a_session_redeemed_between_nights(run: Run) -> None:
     assert second.facts["packages"][package][0] == first.facts["packages"][package][0] - 1
     for night in (first, second):
         assert_case(night, "package_liability_by_store", at_store(code))
+    (moved,) = assert_case(second, "package_liability_roll_forward", at_store(code))
+    assert moved["redeemed"] > 0
+
+
+def test_case_the_package_roll_forward_adds_up_and_chains(run: Run) -> None:
+    """opening + sold - redeemed - expired = closing on every row (the warehouse's), each night's
+    opening is the previous night's closing, and the first night is the baseline."""
+    name = "package_liability_roll_forward"
+    for night in run.nights:
+        for r in night.actual[name]:
+            moved = r["opening_liability"] + r["sold"] - r["redeemed"] - r["expired"]
+            assert moved == r["closing_liability"], r
+    closing = {r["storecode"]: r["closing_liability"] for r in run.nights[0].actual[name]}
+    assert all(r["sold"] == r["redeemed"] == r["expired"] == 0 for r in run.nights[0].actual[name])
+    for night in run.nights[1:]:
+        opening = {r["storecode"]: r["opening_liability"] for r in night.actual[name]}
+        assert {k: v for k, v in opening.items() if v} == {k: v for k, v in closing.items() if v}
+        closing = {r["storecode"]: r["closing_liability"] for r in night.actual[name]}
+    assert sum(r["sold"] for r in run.nights[1].actual[name]) > 0  # the packages sold between nights
+    again = truth.warehouse_reports(run.data_dir, run.nights[0].date, [name])  # history, read later
+    assert truth.report_differences(again, {name: run.nights[0].truth[name]}) == []
 
 
 def test_case_packages_sold_between_nights(run: Run) -> None:

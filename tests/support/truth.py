@@ -40,6 +40,10 @@ and as "On Hold" and "ON_HOLD" (``SPELLED_STATUSES``). Interpretations:
   the G lines of its non-voided sales dated (local) on or before the night, ``redeemed`` = the
   payments whose payment type is of kind GIFT in the store's payment-type list, on its non-voided
   sales, dated (local) on or before the night; ``outstanding`` = sold - redeemed.
+- ``package_liability_roll_forward``: each package followed between consecutive nights at its
+  liability of each night (0 when not open): owed before and not now with its expiration date
+  passed is expired; any other fall is redeemed; any rise is sold; the first night is the
+  baseline. Rows: the night's store list and any storecode a package is owed at on either night.
 - ``revenue_by_store_day``: non-voided transactions of the whole history, by the transaction's
   storecode and local date; ``transactions`` counts distinct receipts per (store, date, type);
   amount is before tax. Rows up to and including the night (the CSV's rule; the view can hold a
@@ -150,6 +154,21 @@ SPECS: dict[str, ReportSpec] = {
             ("snapshot_date", "storecode"),
             ("snapshot_date", "storecode", "store_name", "sold", "redeemed", "outstanding"),
             sums=("sold", "redeemed", "outstanding"),
+        ),
+        ReportSpec(
+            "package_liability_roll_forward",
+            ("snapshot_date", "storecode"),
+            (
+                "snapshot_date",
+                "storecode",
+                "store_name",
+                "opening_liability",
+                "sold",
+                "redeemed",
+                "expired",
+                "closing_liability",
+            ),
+            sums=("opening_liability", "sold", "redeemed", "expired", "closing_liability"),
         ),
         ReportSpec(
             "eft_draw_forecast",
@@ -317,13 +336,30 @@ def open_packages(service: Service, night: dt.date) -> list[m.ClientPackage]:
     ]
 
 
-def package_liability(service: Service, night: dt.date) -> list[Row]:
-    def liability(p: m.ClientPackage) -> Decimal:
-        listed = service.package_types.get(p.package_id)
-        if listed is None or listed.sessions <= 0:
-            return ZERO
-        return (p.sessions_remaining * listed.price / listed.sessions).quantize(CENT, ROUND_HALF_UP)
+def package_owed(service: Service, package: m.ClientPackage) -> Decimal:
+    """An open package's liability at the current list price per session, half-up to the cent."""
+    listed = service.package_types.get(package.package_id)
+    if listed is None or listed.sessions <= 0:
+        return ZERO
+    return (package.sessions_remaining * listed.price / listed.sessions).quantize(CENT, ROUND_HALF_UP)
 
+
+@dataclass(frozen=True)
+class PackageOwed:
+    storecode: str
+    liability: Decimal
+    expiration_date: dt.date | None
+
+
+def packages_owed(service: Service, night: dt.date) -> dict[str, PackageOwed]:
+    """client package id -> where and how much it is owed on ``night`` (open packages only)."""
+    return {
+        p.client_package_id: PackageOwed(p.storecode, package_owed(service, p), p.expiration_date)
+        for p in open_packages(service, night)
+    }
+
+
+def package_liability(service: Service, night: dt.date) -> list[Row]:
     rows = []
     packages = open_packages(service, night)
     for code, store in service.stores.items():
@@ -335,10 +371,72 @@ def package_liability(service: Service, night: dt.date) -> list[Row]:
                 "store_name": store.name,
                 "open_packages": len(here),
                 "sessions_remaining": sum(p.sessions_remaining for p in here),
-                "liability": sum((liability(p) for p in here), ZERO),
+                "liability": sum((package_owed(service, p) for p in here), ZERO),
             }
         )
     return rows
+
+
+def package_roll_forward(
+    night: dt.date,
+    stores: Mapping[str, str],
+    before: Mapping[str, PackageOwed] | None,
+    now: Mapping[str, PackageOwed],
+) -> list[Row]:
+    """How the package liability moved from the night before (``before``: None on the first
+    night, the baseline) to ``night``; ``stores``: the night's store list, code -> name. A package
+    owed before and not now whose expiration date has passed expired; any other fall is redeemed;
+    a rise (a new package) is sold."""
+    before = now if before is None else before
+    moves: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
+    for pid in before.keys() | now.keys():
+        was, left = before.get(pid), now.get(pid)
+        for p, opening, closing in _package_moves(was, left):
+            row = moves[p.storecode]
+            row["opening_liability"] += opening
+            row["closing_liability"] += closing
+            if (
+                left is None
+                and was is not None
+                and was.expiration_date is not None
+                and was.expiration_date < night
+            ):
+                row["expired"] += opening
+            elif closing > opening:
+                row["sold"] += closing - opening
+            else:
+                row["redeemed"] += opening - closing
+    columns = ("opening_liability", "sold", "redeemed", "expired", "closing_liability")
+    return [
+        {
+            "snapshot_date": night,
+            "storecode": code,
+            "store_name": stores.get(code),
+            **{c: moves[code][c] if code in moves else ZERO for c in columns},
+        }
+        for code in sorted(stores.keys() | moves.keys())
+    ]
+
+
+def package_roll_forward_of(
+    service: Service, night: dt.date, before: Mapping[str, PackageOwed] | None
+) -> list[Row]:
+    """:func:`package_roll_forward` of the service's state on ``night`` (``before``: the
+    :func:`packages_owed` of the night before; None on the warehouse's first night)."""
+    stores = {code: store.name for code, store in service.stores.items()}
+    return package_roll_forward(night, stores, before, packages_owed(service, night))
+
+
+def _package_moves(
+    was: PackageOwed | None, left: PackageOwed | None
+) -> list[tuple[PackageOwed, Decimal, Decimal]]:
+    """(package at its store, opening, closing): a package that changed store leaves one and
+    arrives at the other."""
+    if was is not None and left is not None and was.storecode != left.storecode:
+        return [(was, was.liability, ZERO), (left, ZERO, left.liability)]
+    shown = left if left is not None else was
+    assert shown is not None
+    return [(shown, was.liability if was else ZERO, left.liability if left else ZERO)]
 
 
 def gift_certificate_liability(service: Service, night: dt.date) -> list[Row]:

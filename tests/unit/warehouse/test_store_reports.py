@@ -59,6 +59,9 @@ def test_case_each_store_gets_its_own_folder_with_only_its_clients_and_one_messa
     assert done.returncode == 0, done.stderr
 
     expected = truth.truth_of(sandbox, NIGHT)
+    expected["package_liability_roll_forward"] = sandbox.call(  # the first night: the baseline
+        lambda s: truth.package_roll_forward_of(s, NIGHT, None)
+    )
     for store in stores:
         folder = store_folder(data_dir, store)
         names = sorted(p.name for p in folder.iterdir())

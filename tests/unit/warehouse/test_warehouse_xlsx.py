@@ -40,6 +40,7 @@ SHEETS = {
     "points_liability_by_store": "Points liability",
     "package_liability_by_store": "Package liability",
     "gift_certificate_liability_by_store": "Gift certificate liability",
+    "package_liability_roll_forward": "Package roll-forward",
     "eft_draw_forecast": "EFT draw forecast",
     "revenue_by_store_day": "Revenue by store and day",
     "membership_status_daily": "Membership status daily",
@@ -54,13 +55,15 @@ SHEETS = {
 MONEY = {"amount_owed", "credit_amount", "net_balance", "monthly_dues_total", "amount", "tax", "balance"}
 MONEY |= {"owed_0_29", "owed_30_59", "owed_60_89", "owed_90_plus", "revenue_7d"}
 MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr", "liability"}
-MONEY |= {"sold", "redeemed", "outstanding"}
+MONEY |= {"sold", "redeemed", "outstanding", "opening_liability", "closing_liability"}
 # the scorecard's figures a week and a month earlier: empty here (the scenario has 3 nights)
 MONEY_COMPARED = {
     f"{f}{w}" for f in ("mrr", "amount_owed", "owed_90_plus", "revenue_7d") for w in ("_week", "_month")
 }
 MONEY_COMPARED = {f"{name}_ago" for name in MONEY_COMPARED}
 MRR_FLOWS = {"new", "reactivated"}  # money in mrr_by_store, counts in membership_roll_forward
+# Money in one sheet, a count in others (by sheet title)
+SHEET_MONEY = {"MRR by store": frozenset(MRR_FLOWS), "Package roll-forward": frozenset({"expired"})}
 RATES = {"frozen_rate", "churn_rate", "churn_rate_12m"}
 DATES = {"snapshot_date", "business_date", "last_payment_date", "month", "first_night"}
 DATES_COMPARED = {"week_ago_date", "month_ago_date"}
@@ -151,7 +154,7 @@ def test_money_rates_counts_and_dates_are_typed_and_formatted(workbook) -> None:
             if not cells:
                 continue
             seen.add(name)
-            if name in MONEY | MONEY_COMPARED or (name in MRR_FLOWS and sheet.title == "MRR by store"):
+            if name in MONEY | MONEY_COMPARED | SHEET_MONEY.get(sheet.title, frozenset()):
                 assert all(isinstance(c.value, int | float) and c.number_format == "#,##0.00" for c in cells)
             elif name in RATES:
                 # a rate of exactly 0 (no cancellation) reads back as the integer 0
@@ -265,7 +268,7 @@ def test_each_sheet_holds_the_csvs_rows_in_order(exported, workbook, name: str) 
     assert len(sheet_rows) == len(csv_rows)
     header = csv_rows[0]
     for line, (sheet_row, csv_row) in enumerate(zip(sheet_rows[1:], csv_rows[1:], strict=True), start=2):
-        money = frozenset(MRR_FLOWS) if name == "mrr_by_store" else frozenset()
+        money = SHEET_MONEY.get(SHEETS[name], frozenset())
         got = [expected_csv_text(col, v, money) for col, v in zip(header, sheet_row, strict=True)]
         assert got == csv_row, f"{name} line {line}"
         for col, cell in zip(header, csv_row, strict=True):
