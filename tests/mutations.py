@@ -172,6 +172,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the first night's packages all counted as sold",
     ),
     Mutation(
+        "chart_gift_certificates_sold",
+        "warehouse/morning.py",
+        '("gift_certificate_liability_by_store", "outstanding")',
+        '("gift_certificate_liability_by_store", "sold")',
+        ("tests/scenarios/test_reports_truth.py::test_case_the_morning_report_plots_what_is_owed_to_clients",),
+        "the gift-certificate chart plots what was sold, not what is outstanding",
+    ),
+    Mutation(
         "gift_void_counted",
         "sql/reports/gift_certificate_liability_by_store.sql",
         "where type = 'G' and not is_voided",

@@ -148,6 +148,7 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
     frozen_rate, active = _membership_points(con, window)
     mrr = _mrr_points(con, window)
     revenue = _revenue_points(con, window)
+    packages, gift_certificates = _owed_points(con, window)
     return [
         Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
         Chart(
@@ -156,6 +157,16 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
         Chart("active-members", "Active members", _line_chart(active, "members", ",d")),
         Chart("mrr", "MRR (monthly dues of active EFT memberships)", _line_chart(mrr, "mrr", "$,.0f")),
         Chart("revenue", "Revenue by day (before tax)", _bar_chart(revenue)),
+        Chart(
+            "package-liability",
+            "Owed in package sessions (sessions left at the list price)",
+            _line_chart(packages, "liability", "$,.0f"),
+        ),
+        Chart(
+            "gift-certificates",
+            "Gift certificates outstanding (sold - redeemed; the chain's is the sum)",
+            _line_chart(gift_certificates, "outstanding", "$,.0f"),
+        ),
     ]
 
 
@@ -215,6 +226,30 @@ def _mrr_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[
             window,
         )
     ]
+
+
+def _owed_points(
+    con: duckdb.DuckDBPyConnection, window: list[Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(package liability, gift certificates outstanding) of each store each night."""
+    points = []
+    for report, value in (
+        ("package_liability_by_store", "liability"),
+        ("gift_certificate_liability_by_store", "outstanding"),
+    ):
+        rows = _query(
+            con,
+            f"SELECT snapshot_date, store_name, {value} FROM reports.{report} "
+            "WHERE snapshot_date BETWEEN ? AND ?" + _OF_STORE + " ORDER BY 1, 2",
+            window,
+        )
+        points.append(
+            [
+                {"night": r["snapshot_date"].isoformat(), "store": r["store_name"], value: float(r[value])}
+                for r in rows
+            ]
+        )
+    return points[0], points[1]
 
 
 def _revenue_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:

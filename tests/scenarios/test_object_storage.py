@@ -127,7 +127,7 @@ def assert_morning_report_from_the_bucket(
     line = next(x for x in made.stdout.splitlines() if x.startswith("morning report: "))
     again = Path(line.removeprefix("morning report: ").strip()).read_text(encoding="utf-8")
     for html in (uploaded, again):
-        assert f"{owed:,}" in html and html.count("<svg") == 5 and "<script" not in html
+        assert f"{owed:,}" in html and html.count("<svg") == 7 and "<script" not in html
 
 
 def test_duckdb_reads_the_bucket_through_a_registered_fsspec_filesystem(

@@ -1078,6 +1078,38 @@ def test_case_a_late_void_of_a_gift_certificate_sale(run: Run) -> None:
     assert any(r["redeemed"] > 0 for r in first.truth["gift_certificate_liability_by_store"])
 
 
+def test_case_the_morning_report_plots_what_is_owed_to_clients(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The morning report's charts of package liability and gift certificates outstanding plot,
+    for every night and store, the report's rows: the last night's equal to the truth."""
+    from membersync.warehouse import export, morning
+
+    specs: dict[str, list[dict[str, Any]]] = {}
+
+    def capture(chart: Any) -> str:
+        spec = chart.to_dict(validate=False)
+        specs[spec["encoding"]["y"]["field"]] = spec["data"]["values"]
+        return "<svg></svg>"
+
+    monkeypatch.setattr(morning, "_render", capture)
+    last = run.nights[-1]
+    with export.open_at_night(run.data_dir, last.date) as (con, night):
+        morning.read_charts(con, night)
+        for report, value in (
+            ("package_liability_by_store", "liability"),
+            ("gift_certificate_liability_by_store", "outstanding"),
+        ):
+            rows = con.execute(f"SELECT snapshot_date, store_name, {value} FROM reports.{report}").fetchall()
+            plotted = {
+                (p["night"], p["store"]): Decimal(str(p[value])).quantize(truth.CENT) for p in specs[value]
+            }
+            assert plotted == {(d.isoformat(), name): amount for d, name, amount in rows}, report
+            tonight = {(last.date.isoformat(), r["store_name"]): r[value] for r in last.truth[report]}
+            assert {k: v for k, v in plotted.items() if k[0] == last.date.isoformat()} == tonight, report
+            assert any(tonight.values()), report  # the sandbox owes its clients something
+
+
 def test_case_points_adjustment_back_dated(run: Run) -> None:
     adjusted = run.scenario.adjusted
     assert adjusted is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import filecmp
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -113,15 +114,23 @@ def assert_same_reports(root: Path, before: dict[dt.date, Path]) -> None:
         assert len(files) >= 15
         for old in files:
             new = root / "data" / "reports" / night.isoformat() / old.name
-            if night == min(before) and old.suffix == ".html":
-                # The first night's debt chart is drawn by this code as a bar (an area over one
-                # night has no width): a rendering change of the chart, not of the data.
-                assert new.is_file() and new.read_text().count("<svg") == old.read_text().count("<svg")
+            if old.suffix == ".html":
+                assert same_page(old.read_text(), new.read_text(), first_night=night == min(before)), night
                 continue
             if old.suffix == ".xlsx":  # reports added since are sheets of their own
                 assert same_sheets(old, new), f"{night}: {old.name}'s sheets differ after the migration"
                 continue
             assert filecmp.cmp(old, new, shallow=False), f"{night}: {old.name} differs after the migration"
+
+
+def same_page(old: str, new: str, *, first_night: bool) -> bool:
+    """The earlier morning report, byte for byte, in the new one once the charts added since are
+    taken out. On the first night the debt chart is drawn by this code as a bar (an area over one
+    night has no width): a rendering change of the chart, not of the data, so only the charts'
+    count is compared there."""
+    added = r'<figure class="chart" id="chart-(?:package-liability|gift-certificates)">.*?</figure>'
+    new = re.sub(added, "", new, flags=re.S)
+    return new.count("<svg") == old.count("<svg") if first_night else new == old
 
 
 def same_sheets(old: Path, new: Path) -> bool:

@@ -35,7 +35,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-CHARTS = ("debt", "frozen-rate", "active-members", "mrr", "revenue")
+CHARTS = ("debt", "frozen-rate", "active-members", "mrr", "revenue", "package-liability", "gift-certificates")
 VIEWPORTS = {"phone": (390, 844), "desktop": (1280, 900)}
 
 
