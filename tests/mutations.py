@@ -176,8 +176,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "warehouse/morning.py",
         '("gift_certificate_liability_by_store", "outstanding")',
         '("gift_certificate_liability_by_store", "sold")',
-        ("tests/scenarios/test_reports_truth.py::test_case_the_morning_report_plots_what_is_owed_to_clients",),
+        (
+            "tests/scenarios/test_reports_truth.py::test_case_the_morning_report_plots_what_is_owed_to_clients",
+        ),
         "the gift-certificate chart plots what was sold, not what is outstanding",
+    ),
+    Mutation(
+        "dues_every_night_after_the_draw",
+        "sql/reports/dues_expected_mtd.sql",
+        "draw_day = extract(day from as_of_date)",
+        "draw_day <= extract(day from as_of_date)",
+        (
+            "tests/scenarios/test_reports_truth.py::test_case_dues_due_on_the_nights_held_beside_the_dues_billed",
+        ),
+        "a membership's dues expected on every night after its draw day, not once",
     ),
     Mutation(
         "gift_void_counted",

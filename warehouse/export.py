@@ -110,6 +110,12 @@ REPORTS: dict[str, Report] = {
             sheet="Package roll-forward",
         ),
         Report(
+            "dues_billing_by_store_month",
+            "month, storecode",
+            sheet="Dues billing by month",
+            where=_MONTHS_UP_TO_THE_NIGHT,
+        ),
+        Report(
             "eft_draw_forecast",
             "storecode, draw_day",
             total=TotalRow(("active_eft_memberships", "monthly_dues_total")),

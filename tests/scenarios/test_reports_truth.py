@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import tempfile
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -333,6 +334,7 @@ class Scenario:
     closed_now: str = ""  # a store closed between nights 1 and 2
     tie_joiner: str = ""
     closed_store_void: OldSale | None = None
+    drawn: list[tuple[str, str, dt.date]] = field(default_factory=list)  # membership, store, its draw night
     gift_voided: OldSale | None = None  # a gift-certificate sale voided late (before night 2)
     expiring: tuple[str, str, str] = ("", "", "")  # client, client package, store: expires after night 1
     redeemed: tuple[str, str, str] = ("", "", "")  # a session used before night 2
@@ -667,6 +669,23 @@ def choose_targets(sandbox: RunningSandbox, scenario: Scenario) -> None:
             night,
         )
     )
+    # two active EFT memberships drawn on the second and third nights: dues due on nights held
+    drawn = sandbox.call(
+        lambda s: [
+            ms
+            for ms in sorted(s.memberships.values(), key=lambda ms: ms.membership_id)
+            if ms.is_eft
+            and ms.status == "Active"
+            and ms.storecode in s.stores
+            and ms.client_number not in keep_out
+        ][:2]
+    )
+    for ms, day in zip(drawn, NIGHTS[1:], strict=True):
+        sandbox.call(lambda s, ms=ms, day=day: setattr(s.memberships[ms.membership_id], "draw_day", day.day))
+        keep_out.add(ms.client_number)
+    scenario.drawn = [
+        (ms.membership_id, ms.storecode, day) for ms, day in zip(drawn, NIGHTS[1:], strict=True)
+    ]
     scenario.gift_voided = sandbox.call(lambda s: old_gift_certificate_sale(s, night, keep_out))
     keep_out.add(scenario.gift_voided.client)
     scenario.watched_receipts.add(scenario.gift_voided.receipt)
@@ -742,6 +761,8 @@ class Run:
     scenario: Scenario
     nights: list[Night]
     data_dir: Any  # DataDir of the nights' warehouse
+    dues_expected: dict[tuple[dt.date, str], Decimal]  # (month, store) -> dues due on the nights held
+    store_months: dict[dt.date, dict[str, str]]  # month -> stores listed on its nights
 
 
 @pytest.fixture(scope="module")
@@ -754,6 +775,8 @@ def run() -> Iterator[Run]:
             choose_targets(sandbox, scenario)
             nights: list[Night] = []
             owed_before: dict[str, truth.PackageOwed] | None = None
+            dues: dict[tuple[dt.date, str], Decimal] = defaultdict(lambda: Decimal("0.00"))
+            store_months: dict[dt.date, dict[str, str]] = defaultdict(dict)
             for k, night in enumerate(NIGHTS):
                 if k == 1:
                     before_night_2(sandbox, scenario)
@@ -767,7 +790,13 @@ def run() -> Iterator[Run]:
                     lambda s, night=night, before=owed_before: truth.package_roll_forward_of(s, night, before)
                 )
                 owed_before = sandbox.call(lambda s, night=night: truth.packages_owed(s, night))
-            yield Run(sandbox, scenario, nights, ws.data_dir)
+                month = night.replace(day=1)
+                for code, amount in sandbox.call(
+                    lambda s, night=night: truth.dues_due_tonight(s, night)
+                ).items():
+                    dues[(month, code)] += amount
+                store_months[month].update(sandbox.call(lambda s: {c: st.name for c, st in s.stores.items()}))
+            yield Run(sandbox, scenario, nights, ws.data_dir, dict(dues), dict(store_months))
     finally:
         sandbox.stop()
 
@@ -1108,6 +1137,24 @@ def test_case_the_morning_report_plots_what_is_owed_to_clients(
             tonight = {(last.date.isoformat(), r["store_name"]): r[value] for r in last.truth[report]}
             assert {k: v for k, v in plotted.items() if k[0] == last.date.isoformat()} == tonight, report
             assert any(tonight.values()), report  # the sandbox owes its clients something
+
+
+def test_case_dues_due_on_the_nights_held_beside_the_dues_billed(run: Run) -> None:
+    """Two active EFT memberships drawn on the second and third nights count in the expected dues
+    of their month and store; billed dues are the type-1 lines of the month's sales (the ordinary
+    writes sell some). Every row of the view equals the truth; a month before the first night has
+    no row (not guessed)."""
+    with contextlib.closing(duckdb.connect(str(run.data_dir.identified_db), read_only=True)) as con:
+        cursor = con.execute("SELECT * FROM reports.dues_billing_by_store_month")
+        header = [d[0] for d in cursor.description or []]
+        actual = [dict(zip(header, r, strict=True)) for r in cursor.fetchall()]
+    want = run.sandbox.call(lambda s: truth.dues_billing(s, run.store_months, run.dues_expected))
+    assert truth.diff_rows("dues_billing_by_store_month", actual, want, ("month", "storecode")) == []
+    for membership_id, code, night in run.scenario.drawn:
+        row = next(r for r in want if r["month"] == night.replace(day=1) and r["storecode"] == code)
+        assert row["expected_dues"] > 0, (membership_id, row)
+    assert any(r["billed_dues"] > 0 for r in want)
+    assert min(r["month"] for r in actual) == NIGHTS[0].replace(day=1)
 
 
 def test_case_points_adjustment_back_dated(run: Run) -> None:

@@ -44,6 +44,9 @@ and as "On Hold" and "ON_HOLD" (``SPELLED_STATUSES``). Interpretations:
   liability of each night (0 when not open): owed before and not now with its expiration date
   passed is expired; any other fall is redeemed; any rise is sold; the first night is the
   baseline. Rows: the night's store list and any storecode a package is owed at on either night.
+- ``dues_billing_by_store_month``: expected = the monthly dues of the EFT memberships active on a
+  night held that is their draw day (the night's day of the month), at the membership's store;
+  billed = the type-1 lines of the store's non-voided sales dated (local) in the month, before tax.
 - ``revenue_by_store_day``: non-voided transactions of the whole history, by the transaction's
   storecode and local date; ``transactions`` counts distinct receipts per (store, date, type);
   amount is before tax. Rows up to and including the night (the CSV's rule; the view can hold a
@@ -462,6 +465,45 @@ def gift_certificate_liability(service: Service, night: dt.date) -> list[Row]:
         }
         for code, store in service.stores.items()
     ]
+
+
+def dues_due_tonight(service: Service, night: dt.date) -> dict[str, Decimal]:
+    """storecode -> monthly dues of the EFT memberships active on ``night`` whose draw day it is."""
+    due: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for ms in service.memberships.values():
+        if ms.is_eft and status_bucket(ms.status) == "active" and ms.draw_day == night.day:
+            due[ms.storecode] += ms.monthly_dues or ZERO
+    return dict(due)
+
+
+def dues_billing(
+    service: Service,
+    store_months: Mapping[dt.date, Mapping[str, str]],
+    expected: Mapping[tuple[dt.date, str], Decimal],
+) -> list[Row]:
+    """``dues_billing_by_store_month`` from the nights held: ``store_months`` (month -> the stores
+    listed on its nights, code -> name on its newest night) and ``expected`` ((month, store) -> the
+    sum of :func:`dues_due_tonight` over its nights); billed from the service's sales now."""
+    billed: dict[tuple[dt.date, str], Decimal] = defaultdict(lambda: ZERO)
+    for t in service.transactions.values():
+        if not is_voided(t.status):
+            month = t.local_datetime.date().replace(day=1)
+            billed[(month, t.storecode)] += sum((line.amount for line in t.lines if line.type == "1"), ZERO)
+    rows = []
+    for month, stores in store_months.items():
+        for code, name in stores.items():
+            want, got = expected.get((month, code), ZERO), billed.get((month, code), ZERO)
+            rows.append(
+                {
+                    "month": month,
+                    "storecode": code,
+                    "store_name": name,
+                    "expected_dues": want,
+                    "billed_dues": got,
+                    "gap": want - got,
+                }
+            )
+    return rows
 
 
 def points_liability(service: Service, night: dt.date) -> list[Row]:

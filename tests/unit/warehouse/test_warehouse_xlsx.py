@@ -41,6 +41,7 @@ SHEETS = {
     "package_liability_by_store": "Package liability",
     "gift_certificate_liability_by_store": "Gift certificate liability",
     "package_liability_roll_forward": "Package roll-forward",
+    "dues_billing_by_store_month": "Dues billing by month",
     "eft_draw_forecast": "EFT draw forecast",
     "revenue_by_store_day": "Revenue by store and day",
     "membership_status_daily": "Membership status daily",
@@ -56,6 +57,7 @@ MONEY = {"amount_owed", "credit_amount", "net_balance", "monthly_dues_total", "a
 MONEY |= {"owed_0_29", "owed_30_59", "owed_60_89", "owed_90_plus", "revenue_7d"}
 MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr", "liability"}
 MONEY |= {"sold", "redeemed", "outstanding", "opening_liability", "closing_liability"}
+MONEY |= {"expected_dues", "billed_dues", "gap"}
 # the scorecard's figures a week and a month earlier: empty here (the scenario has 3 nights)
 MONEY_COMPARED = {
     f"{f}{w}" for f in ("mrr", "amount_owed", "owed_90_plus", "revenue_7d") for w in ("_week", "_month")
