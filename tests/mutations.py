@@ -182,6 +182,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the gift-certificate chart plots what was sold, not what is outstanding",
     ),
     Mutation(
+        "gift_payment_type_case_sensitive",
+        "sql/reports/gift_certificate_liability_by_store.sql",
+        "and gift_payment_types.code = upper(trim(payments.payment_type))",
+        "and gift_payment_types.code = payments.payment_type",
+        ("tests/scenarios/test_reliability.py::test_wire_drift_reports_stay_exact",),
+        "a payment's type spelled in another case not taken for a gift certificate",
+    ),
+    Mutation(
         "dues_every_night_after_the_draw",
         "sql/reports/dues_expected_mtd.sql",
         "draw_day = extract(day from as_of_date)",

@@ -22,11 +22,14 @@ transactions as (
 
 gift_payment_types as (
 
-    select storecode, code
+    -- codes compare case-insensitively (the contract's enumerations; a payment's paymentType too)
+    select storecode, upper(trim(code)) as code
     from (
         select query_storecode as storecode, code, kind
         from {{ ref('stg_payment_types') }}
-        qualify row_number() over (partition by query_storecode, code order by snapshot_date desc) = 1
+        qualify row_number() over (
+            partition by query_storecode, upper(trim(code)) order by snapshot_date desc
+        ) = 1
     )
     where upper(trim(kind)) = 'GIFT'
 
@@ -48,7 +51,7 @@ redeemed_by_day as (
     inner join transactions using (receipt_number)
     inner join gift_payment_types
         on gift_payment_types.storecode = transactions.storecode
-        and gift_payment_types.code = payments.payment_type
+        and gift_payment_types.code = upper(trim(payments.payment_type))
     where not transactions.is_voided and payments.date is not null
     group by all
 
