@@ -323,11 +323,13 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
         crashpoint("during_warehouse_build")
         with _timed(phases, "publish"):
             nights = {m.snapshot_date: m.committed_at for m in plan.manifests}
+            read_before = cat.published_landed_files(data_dir.identified_db)  # a reader may hold it
             for tier, tmp in tmps.items():
                 _publish(tmp, data_dir.catalog(tier), nights)
             removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.published_parts]])
-            # a replaced run's identity files, now that the catalogs read the new run's
-            sweep_personal_files(data_dir)
+            # a replaced run's identity files, now that the catalogs read the new run's (those the
+            # replaced catalog read stay until the next build, as its parts do)
+            sweep_personal_files(data_dir, read_before)
         if removed:
             log.info("removed %d part(s) no catalog names any more", removed)
         log.info("build phases (s): %s", ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))

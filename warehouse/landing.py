@@ -450,13 +450,16 @@ class LandingZone:
             os.chmod(folder, DIR_MODE)
 
 
-def sweep_personal_files(data_dir: DataDir) -> int:
+def sweep_personal_files(data_dir: DataDir, still_read: Iterable[str] = ()) -> int:
     """Delete every identity file (``client_identity``, ``client_demographics``) no manifest names,
     in the store (every version) and the local copy. Returns the files deleted.
 
     Called by each build once its catalogs are published (a replaced run's identity files wait
     for them, since the identified tier's reports read the landed identity files), and by an
-    erasure once the catalogs read the rewritten files."""
+    erasure once the catalogs read the rewritten files. ``still_read``: the landed files (paths
+    ending in ``landing/...``) the catalog a build has just replaced read: a reader may still
+    hold it, so they stay until the next build (as the replaced catalog's parts do); an erasure
+    passes none, its files go at once."""
     store = store_for(data_dir)
     kept = {
         f"landing/{f}"
@@ -465,6 +468,16 @@ def sweep_personal_files(data_dir: DataDir) -> int:
         if n in PERSONAL_TABLES
         for f in t.files
     }
+    named = set(kept)
+    kept |= {
+        "landing/" + p[p.rindex("/landing/") + len("/landing/") :] for p in still_read if "/landing/" in p
+    }
+    # what waits for the next build, listed so that a check of the landing zone knows why it is there
+    waiting = sorted(
+        f for f in kept - named if any(f.startswith(f"landing/{table}/") for table in PERSONAL_TABLES)
+    )
+    make_dirs(awaiting_sweep_file(data_dir).parent, data_dir.root)
+    write_bytes_atomic(awaiting_sweep_file(data_dir), json.dumps(waiting).encode())
     remote = {f for table in sorted(PERSONAL_TABLES) for f in store.listing(f"landing/{table}")} - kept
     removed = store.erase(sorted(remote)) if remote and data_dir.remote is not None else 0
     for table in sorted(PERSONAL_TABLES):
@@ -474,6 +487,12 @@ def sweep_personal_files(data_dir: DataDir) -> int:
                 path.unlink()
                 removed += 1
     return removed
+
+
+def awaiting_sweep_file(data_dir: DataDir) -> Path:
+    """The identity files a build kept for readers of the catalog it replaced (a JSON list of
+    paths relative to the data dir); the next build's sweep removes them."""
+    return data_dir.state_file.parent / "identity_awaiting_sweep.json"
 
 
 def _read_pid(fd: int) -> str | None:

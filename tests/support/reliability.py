@@ -36,6 +36,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.models.tables import LANDED_BY_NAME as BY_NAME
+from membersync.warehouse.landing import awaiting_sweep_file
 from membersync.warehouse.manifest import read_manifests
 from membersync.warehouse.paths import DataDir
 
@@ -342,6 +343,10 @@ def inspect(data_dir: DataDir) -> Health:
                 rows += data.num_rows
                 keys.update(zip(*(data.column(k).to_pylist() for k in key), strict=True))
             health.duplicates[f"{m.snapshot_date} {table_name}"] = rows - len(keys)
+    # identity files a build kept for readers of the catalog it replaced: the next build removes them
+    awaiting = awaiting_sweep_file(data_dir)
+    if awaiting.is_file():
+        named.update(f.removeprefix("landing/") for f in json.loads(awaiting.read_text()))
     for path in data_dir.landing.rglob("*.parquet") if data_dir.landing.exists() else ():
         relative = str(path.relative_to(data_dir.landing))
         if relative.startswith("_staging/"):

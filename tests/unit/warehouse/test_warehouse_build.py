@@ -482,3 +482,33 @@ def test_case_the_parse_is_shared_by_data_dirs_and_processes_and_a_changed_model
         "not_null(snapshot_date, membership_id)",
     )
     assert parsed_files() >= 1  # the changed model, parsed again
+
+
+def test_case_a_reader_of_the_replaced_catalog_still_reads_its_identity_files(tmp_path: Path) -> None:
+    """Case: a night landed again (a rerun) replaces its identity files; a reader that opened the
+    identified catalog before the rebuild published must still read them (CI once saw "No files
+    found" in the readers' scenario when the build swept them at once). They go at the next build."""
+    data_dir = DataDir(tmp_path / "data")
+    landed = sc.landed_nights()
+    first, *_ = landed
+    write_night(data_dir, first, landed[first])
+    build_warehouse(data_dir)
+    held = tmp_path / "held.duckdb"  # what a reader holds: the catalog as it was before the rebuild
+    shutil.copy(data_dir.identified_db, held)
+    names = "SELECT count(*) FROM identity.clients"
+    with contextlib.closing(duckdb.connect(str(held), read_only=True)) as con:
+        before = con.execute(names).fetchone()
+
+    write_night(data_dir, first, landed[first])  # the same night again: new identity files
+    build_warehouse(data_dir)
+    with contextlib.closing(duckdb.connect(str(held), read_only=True)) as con:
+        assert con.execute(names).fetchone() == before  # the replaced files are still there
+
+    second = sorted(landed)[1]
+    write_night(data_dir, second, landed[second], mode="incremental")
+    build_warehouse(data_dir)  # the next build: nobody can hold the catalog that read them
+    with (
+        contextlib.closing(duckdb.connect(str(held), read_only=True)) as con,
+        pytest.raises(duckdb.IOException),
+    ):
+        con.execute(names).fetchone()
