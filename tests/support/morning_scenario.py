@@ -257,6 +257,10 @@ def simulate(seed: int = 14) -> Scenario:
                 c = sim.clients[1]
                 c.memberships.append(Membership(sim._id(), LATE, "active", True, D("55.55")))
                 synced.append(c)
+            if index in (3, 4):  # a debt settled on 2025-11-24, owed from 2025-12-29: 90 days old on 02-22
+                c = sim.clients[3]
+                c.ledger[c.store] = D("0.00") if index == 3 else D("90.90")
+                synced.append(c)
             if index == 25:  # the never-listed store's membership is canceled
                 next(m for m in sim.clients[0].memberships if m.storecode == GHOST).status = "canceled"
                 synced.append(sim.clients[0])
