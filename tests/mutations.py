@@ -37,6 +37,10 @@ TRUTH = (
 BUILT = "tests/unit/warehouse/test_warehouse_build.py"
 MORNING = "tests/unit/warehouse/test_morning_reports.py"
 HTML = "tests/unit/warehouse/test_morning_html.py"
+COHORTS = (
+    "tests/scenarios/test_reports_truth.py::"
+    "test_case_member_cohorts_from_the_membership_dates_and_the_nights_held"
+)
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,47 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/scenarios/test_reports_truth.py::test_case_dues_due_on_the_nights_held_beside_the_dues_billed",
         ),
         "a membership's dues expected on every night after its draw day, not once",
+    ),
+    Mutation(
+        "cohort_on_hold_member",
+        "sql/reports/cohort_retention.sql",
+        "where memberships.status in ('active', 'frozen')",
+        "where memberships.status in ('active', 'frozen', 'on_hold')",
+        (COHORTS,),
+        "a membership on hold counted as still a member",
+    ),
+    Mutation(
+        "cohort_end_date_inclusive",
+        "sql/reports/cohort_retention.sql",
+        "and coalesce(newest_versions.end_date > months.as_of_date, true)",
+        "and coalesce(newest_versions.end_date >= months.as_of_date, true)",
+        (COHORTS,),
+        "a membership ending on the month's last day counted as running that day",
+    ),
+    Mutation(
+        "cohort_gap_month_dated",
+        "sql/reports/cohort_retention.sql",
+        "(select max(snapshot_date) from nights where snapshot_date <= spine.as_of_date) as night_held",
+        "(select max(snapshot_date) from nights where date_trunc('month', snapshot_date) = spine.month)"
+        " as night_held",
+        (MORNING + "::test_case_member_cohorts_over_thirteen_months_of_nights",),
+        "a month of our history without a night read from the membership dates, not the night before",
+    ),
+    Mutation(
+        "cohort_gift_revenue",
+        "sql/reports/cohort_retention.sql",
+        "and lines.type <> 'G'",
+        "",
+        (COHORTS,),
+        "gift certificates sold counted as a cohort's revenue",
+    ),
+    Mutation(
+        "cohort_first_membership",
+        "sql/reports/cohort_retention.sql",
+        "order by start_date, membership_id) = 1",
+        "order by start_date desc, membership_id) = 1",
+        (COHORTS,),
+        "a client's newest membership taken as their first",
     ),
     Mutation(
         "gift_void_counted",

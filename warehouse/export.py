@@ -116,6 +116,12 @@ REPORTS: dict[str, Report] = {
             where=_MONTHS_UP_TO_THE_NIGHT,
         ),
         Report(
+            "cohort_retention",
+            "storecode, cohort_month, months_since_join",
+            sheet="Member cohorts",
+            where=_MONTHS_UP_TO_THE_NIGHT,
+        ),
+        Report(
             "eft_draw_forecast",
             "storecode, draw_day",
             total=TotalRow(("active_eft_memberships", "monthly_dues_total")),

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 TREND_NIGHTS = 90
 TOP_DEBTORS_SHOWN = 10
+COHORTS_SHOWN = 6  # the cohort chart's lines: the months of joining up to the night's
 CHART_WIDTH = 480  # scaled to the screen: small enough that a phone can read its text
 CHART_HEIGHT = 220
 # The scorecard's figures: (column, label, money?)
@@ -149,6 +150,7 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
     mrr = _mrr_points(con, window)
     revenue = _revenue_points(con, window)
     packages, gift_certificates = _owed_points(con, window)
+    cohorts = _cohort_points(con, [night, night, store, store])
     return [
         Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
         Chart(
@@ -166,6 +168,11 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
             "gift-certificates",
             "Gift certificates outstanding (sold - redeemed; the chain's is the sum)",
             _line_chart(gift_certificates, "outstanding", "$,.0f"),
+        ),
+        Chart(
+            "cohort-retention",
+            f"Members still with us, by month of joining (the last {COHORTS_SHOWN} cohorts)",
+            _cohort_chart(cohorts),
         ),
     ]
 
@@ -250,6 +257,28 @@ def _owed_points(
             ]
         )
     return points[0], points[1]
+
+
+def _cohort_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:
+    """The retention of each cohort joined in the last COHORTS_SHOWN months up to the night's,
+    month by month to the night's: the chain's (or the store's) still members over its cohort size.
+    ``window``: [night, night, store, store]."""
+    rows = _query(
+        con,
+        "SELECT cohort_month, months_since_join, sum(still_members) AS still, sum(cohort_size) AS size "
+        "FROM reports.cohort_retention "
+        f"WHERE cohort_month > date_trunc('month', CAST(? AS DATE)) - INTERVAL {COHORTS_SHOWN} MONTH "
+        "AND month <= date_trunc('month', CAST(? AS DATE))" + _OF_STORE + " GROUP BY 1, 2 ORDER BY 1, 2",
+        window,
+    )
+    return [
+        {
+            "cohort": r["cohort_month"].strftime("%Y-%m"),
+            "months": int(r["months_since_join"]),
+            "retention": int(r["still"]) / int(r["size"]),
+        }
+        for r in rows
+    ]
 
 
 def _revenue_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:
@@ -390,6 +419,23 @@ def _area_chart(rows: list[dict[str, Any]]) -> str:
             legend=_legend(),
         ),
         order=alt.Order("order:Q"),
+    )
+    return _render(chart)
+
+
+def _cohort_chart(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    import altair as alt
+
+    chart = (
+        _base(rows)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("months:Q", title="months since joining", axis=alt.Axis(format="d", tickMinStep=1)),
+            y=alt.Y("retention:Q", title=None, axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("cohort:N", legend=_legend()),
+        )
     )
     return _render(chart)
 

@@ -338,6 +338,10 @@ class Scenario:
     gift_voided: OldSale | None = None  # a gift-certificate sale voided late (before night 2)
     expiring: tuple[str, str, str] = ("", "", "")  # client, client package, store: expires after night 1
     redeemed: tuple[str, str, str] = ("", "", "")  # a session used before night 2
+    month_end_leaver: tuple[str, dt.date] = (
+        "",
+        dt.date.min,
+    )  # a client's only membership ends on a month's last day
     watched_receipts: set[str] = field(default_factory=set)
     watched_clients: set[str] = field(default_factory=set)
     keep_out: set[str] = field(default_factory=set)  # clients the ordinary writes leave alone
@@ -634,6 +638,26 @@ def ordinary_writes(sandbox: RunningSandbox, w: Writer, keep_out: set[str]) -> N
     )
 
 
+def end_on_a_month_end(service: Service, night: dt.date, exclude: set[str]) -> tuple[str, dt.date]:
+    """A client whose only membership expired months before ``night``: it now ends on its month's
+    last day (a cohort counts the client out on that day, not in)."""
+    service.materialize_all()
+    owned: dict[str, list[m.Membership]] = defaultdict(list)
+    for ms in service.memberships.values():
+        owned[ms.client_number].append(ms)
+    ms = next(
+        ms
+        for number, (ms,) in sorted((n, tuple(o)) for n, o in owned.items() if len(o) == 1)
+        if number not in exclude
+        and ms.status == "Expired"
+        and ms.end_date is not None
+        and ms.start_date.replace(day=1) < ms.end_date.replace(day=1) < night.replace(day=1)
+    )
+    assert ms.end_date is not None
+    ms.end_date = (ms.end_date.replace(day=1) + dt.timedelta(days=32)).replace(day=1) - dt.timedelta(days=1)
+    return ms.client_number, ms.end_date
+
+
 def choose_targets(sandbox: RunningSandbox, scenario: Scenario) -> None:
     """Before the first night: the clients of the late corrections (each touched by nothing else)
     and the edge cases' clients, which the ordinary writes leave alone."""
@@ -688,6 +712,8 @@ def choose_targets(sandbox: RunningSandbox, scenario: Scenario) -> None:
     ]
     scenario.gift_voided = sandbox.call(lambda s: old_gift_certificate_sale(s, night, keep_out))
     keep_out.add(scenario.gift_voided.client)
+    scenario.month_end_leaver = sandbox.call(lambda s: end_on_a_month_end(s, night, keep_out))
+    keep_out.add(scenario.month_end_leaver[0])
     scenario.watched_receipts.add(scenario.gift_voided.receipt)
     scenario.voided, scenario.paid, scenario.keep_out = voided, paid, keep_out
     scenario.adjusted = (number, code, "", night - dt.timedelta(days=45))
@@ -763,6 +789,7 @@ class Run:
     data_dir: Any  # DataDir of the nights' warehouse
     dues_expected: dict[tuple[dt.date, str], Decimal]  # (month, store) -> dues due on the nights held
     store_months: dict[dt.date, dict[str, str]]  # month -> stores listed on its nights
+    members_on: dict[dt.date, set[str]]  # night -> clients with a membership active or frozen
 
 
 @pytest.fixture(scope="module")
@@ -777,6 +804,7 @@ def run() -> Iterator[Run]:
             owed_before: dict[str, truth.PackageOwed] | None = None
             dues: dict[tuple[dt.date, str], Decimal] = defaultdict(lambda: Decimal("0.00"))
             store_months: dict[dt.date, dict[str, str]] = defaultdict(dict)
+            members_on: dict[dt.date, set[str]] = {}
             for k, night in enumerate(NIGHTS):
                 if k == 1:
                     before_night_2(sandbox, scenario)
@@ -796,7 +824,8 @@ def run() -> Iterator[Run]:
                 ).items():
                     dues[(month, code)] += amount
                 store_months[month].update(sandbox.call(lambda s: {c: st.name for c, st in s.stores.items()}))
-            yield Run(sandbox, scenario, nights, ws.data_dir, dict(dues), dict(store_months))
+                members_on[night] = sandbox.call(truth.members_tonight)
+            yield Run(sandbox, scenario, nights, ws.data_dir, dict(dues), dict(store_months), members_on)
     finally:
         sandbox.stop()
 
@@ -1155,6 +1184,63 @@ def test_case_dues_due_on_the_nights_held_beside_the_dues_billed(run: Run) -> No
         assert row["expected_dues"] > 0, (membership_id, row)
     assert any(r["billed_dues"] > 0 for r in want)
     assert min(r["month"] for r in actual) == NIGHTS[0].replace(day=1)
+
+
+def test_case_member_cohorts_from_the_membership_dates_and_the_nights_held(run: Run) -> None:
+    """Every row of the cohort view equals the truth: the months before the first night read from
+    the membership dates, the months held from the nights (a membership canceled and a client
+    who joined between nights move the current month), revenue to date per client beside them."""
+    with contextlib.closing(duckdb.connect(str(run.data_dir.warehouse_db), read_only=True)) as con:
+        cursor = con.execute("SELECT * FROM reports.cohort_retention")
+        header = [d[0] for d in cursor.description or []]
+        actual = [dict(zip(header, r, strict=True)) for r in cursor.fetchall()]
+    want = run.sandbox.call(lambda s: truth.cohort_retention(s, run.members_on))
+    key = ("cohort_month", "storecode", "months_since_join")
+    assert truth.diff_rows("cohort_retention", actual, want, key) == []
+    first_month = NIGHTS[0].replace(day=1)
+    assert any(r["month"] < first_month and 0 < r["still_members"] < r["cohort_size"] for r in want)
+    assert any(r["cohort_month"] >= first_month and r["months_since_join"] == 0 for r in want)  # joined now
+    assert any(r["lifetime_value"] > 0 for r in want)
+    number, last_day = run.scenario.month_end_leaver
+    (only,) = run.sandbox.call(lambda s: [ms for ms in s.memberships.values() if ms.client_number == number])
+    (leaving,) = [
+        r
+        for r in want
+        if (r["cohort_month"], r["storecode"]) == (only.start_date.replace(day=1), only.storecode)
+        and r["month"] == last_day.replace(day=1)
+    ]
+    assert leaving["as_of_date"] == last_day and leaving["month"] < first_month  # out on its end date
+    cohorts = {(r["cohort_month"], r["storecode"]) for r in want}
+    assert len(cohorts) > 20 and len(actual) == len(want)
+
+
+def test_case_the_morning_report_plots_the_recent_cohorts(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The morning report's cohort chart plots, for each cohort joined in the last six months, the
+    chain's still members over its size, month by month: the truth's figures, summed over stores."""
+    from membersync.warehouse import export, morning
+
+    specs: dict[str, list[dict[str, Any]]] = {}
+
+    def capture(chart: Any) -> str:
+        spec = chart.to_dict(validate=False)
+        specs[spec["encoding"]["y"]["field"]] = spec["data"]["values"]
+        return "<svg></svg>"
+
+    monkeypatch.setattr(morning, "_render", capture)
+    last = run.nights[-1].date
+    with export.open_at_night(run.data_dir, last) as (con, night):
+        morning.read_charts(con, night)
+    plotted = {(p["cohort"], p["months"]): p["retention"] for p in specs["retention"]}
+    sums: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    months = last.year * 12 + last.month - 1 - 5  # the sixth month back, counting the night's
+    oldest = dt.date(months // 12, months % 12 + 1, 1)
+    for r in run.sandbox.call(lambda s: truth.cohort_retention(s, run.members_on)):
+        if r["cohort_month"] >= oldest:
+            pair = sums[(r["cohort_month"].strftime("%Y-%m"), r["months_since_join"])]
+            pair[0] += r["still_members"]
+            pair[1] += r["cohort_size"]
+    assert plotted == {k: still / size for k, (still, size) in sums.items()}
+    assert len({cohort for cohort, _ in plotted}) == 6
 
 
 def test_case_points_adjustment_back_dated(run: Run) -> None:

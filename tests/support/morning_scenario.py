@@ -62,6 +62,7 @@ class Membership:
     status: str  # normalised
     is_eft: bool
     dues: Decimal
+    start: dt.date = NIGHTS[0]
 
 
 @dataclass
@@ -106,6 +107,9 @@ class Simulation:
             client.memberships.append(
                 Membership(self._id(), client.store, status, rng.random() < 0.75, rng.choice(DUES))
             )
+            # joined up to 20 months before the first night (a new client: within the last 20 days)
+            back = (self.ids * 53) % (600 if night == NIGHTS[0] else 20)
+            client.memberships[-1].start = night - dt.timedelta(days=back)
         client.ledger[client.store] = (
             D(rng.choice((0, 0, 1, 2, 5, 40, -3))) * D(rng.randint(100, 9999)) * CENT
         )
@@ -150,7 +154,9 @@ class Simulation:
                 m.dues = max(D("0.01"), m.dues - rng.choice((D("5.00"), D("0.01"), D("20.00"))))
             elif event == "new":
                 client.memberships.append(
-                    Membership(self._id(), client.store, "active", rng.random() < 0.8, rng.choice(DUES))
+                    Membership(
+                        self._id(), client.store, "active", rng.random() < 0.8, rng.choice(DUES), night
+                    )
                 )
             elif event == "move" and [m for m in active if m.storecode in (DOWNTOWN, UPTOWN)]:
                 m = rng.choice([m for m in active if m.storecode in (DOWNTOWN, UPTOWN)])
@@ -202,6 +208,7 @@ class Simulation:
                         "is_eft": m.is_eft,
                         "status": rng.choice(RAW_STATUS[m.status]),
                         "storecode": m.storecode,
+                        "start_date": m.start,
                         "monthly_dues": m.dues,
                     }
                 )
@@ -255,7 +262,7 @@ def simulate(seed: int = 14) -> Scenario:
                 synced.append(sim._new_client(len(sim.clients) + 1, night))
             if index == 10:  # a membership at the store listed later
                 c = sim.clients[1]
-                c.memberships.append(Membership(sim._id(), LATE, "active", True, D("55.55")))
+                c.memberships.append(Membership(sim._id(), LATE, "active", True, D("55.55"), night))
                 synced.append(c)
             if index in (3, 4):  # a debt settled on 2025-11-24, owed from 2025-12-29: 90 days old on 02-22
                 c = sim.clients[3]
@@ -575,6 +582,72 @@ class Truth:
                     row[f"{name}_month_ago"] = then_month.get(store, {}).get(name)
                 out[(night, store)] = row
         return out
+
+    # --- cohort_retention -------------------------------------------------------------------
+
+    def cohorts(self) -> dict[tuple[dt.date, str, int], dict[str, Any]]:
+        """(cohort month, storecode, months since joining) -> cohort_size, still_members,
+        revenue_to_date: a client's cohort is their earliest-starting membership's month, at its
+        store (its newest landed row); still a member on the newest night <= the month's end
+        holding one active or frozen (every month here is after the first night's, but those
+        before it, read from the start dates: no membership here ends by date)."""
+        newest_rows = {
+            r["membership_id"]: r for n in self.nights for r in self.landed[n].get("memberships", [])
+        }
+        first: dict[str, dict[str, Any]] = {}
+        for r in sorted(newest_rows.values(), key=lambda r: (r["start_date"], r["membership_id"])):
+            first.setdefault(r["client_number"], r)
+        spent = self._spent_by_client_day()
+        out = {}
+        for number, r in first.items():
+            cohort = r["start_date"].replace(day=1)
+            for k, month in enumerate(_month_span(cohort, self.nights[-1])):
+                as_of = min(_months_before(month, -1) - dt.timedelta(days=1), self.nights[-1])
+                row = out.setdefault(
+                    (cohort, r["storecode"], k),
+                    {"cohort_size": 0, "still_members": 0, "revenue_to_date": D("0.00")},
+                )
+                row["cohort_size"] += 1
+                row["still_members"] += self._member_on(number, as_of, newest_rows)
+                row["revenue_to_date"] += sum(
+                    (v for (c, m), v in spent.items() if c == number and m <= as_of), D("0.00")
+                )
+        return out
+
+    def _member_on(self, number: str, as_of: dt.date, newest_rows: dict[str, dict[str, Any]]) -> bool:
+        held = [n for n in self.nights if n <= as_of]
+        if not held:
+            return any(
+                r["client_number"] == number and r["start_date"] <= as_of for r in newest_rows.values()
+            )
+        rows = self.state(held[-1]).get(number, {}).get("memberships", [])
+        return any(normalise(r["status"]) in ("active", "frozen") for r in rows)
+
+    def _spent_by_client_day(self) -> dict[tuple[str, dt.date], Decimal]:
+        """(client, business date) -> the lines of their saved sales (each in its newest version)."""
+        newest: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        for night in self.nights:
+            rows = self.landed[night]
+            for t in rows.get("transactions", []):
+                lines = [
+                    x for x in rows.get("transaction_lines", []) if x["receipt_number"] == t["receipt_number"]
+                ]
+                newest[t["receipt_number"]] = (t, lines)
+        out: dict[tuple[str, dt.date], Decimal] = defaultdict(lambda: D("0.00"))
+        for t, lines in newest.values():
+            if t["status"].lower() != "voided":
+                out[(t["client_number"], t["transaction_date"].date())] += sum(
+                    (x["amount"] for x in lines), D(0)
+                )
+        return out
+
+
+def _month_span(first: dt.date, last: dt.date) -> list[dt.date]:
+    """The first days of the months from ``first``'s to ``last``'s."""
+    months = [first.replace(day=1)]
+    while months[-1] < last.replace(day=1):
+        months.append(_months_before(months[-1], -1))
+    return months
 
 
 def _months_before(day: dt.date, months: int) -> dt.date:

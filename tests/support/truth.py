@@ -47,6 +47,13 @@ and as "On Hold" and "ON_HOLD" (``SPELLED_STATUSES``). Interpretations:
 - ``dues_billing_by_store_month``: expected = the monthly dues of the EFT memberships active on a
   night held that is their draw day (the night's day of the month), at the membership's store;
   billed = the type-1 lines of the store's non-voided sales dated (local) in the month, before tax.
+- ``cohort_retention``: a client's cohort is the month and store of their first membership (the
+  earliest start date, ties by membership id, at its store); a month from the first night held on
+  counts as members the clients with a membership active or frozen on the newest night held on or
+  before its last day (the newest night for the current month); a month before the first night
+  counts those with a membership started by its last day and neither canceled nor ended by then
+  (an end or cancel date is the first day out). Revenue: lines of the client's non-voided sales at
+  any store dated (local) up to the month's end or the newest night, before tax, G lines left out.
 - ``revenue_by_store_day``: non-voided transactions of the whole history, by the transaction's
   storecode and local date; ``transactions`` counts distinct receipts per (store, date, type);
   amount is before tax. Rows up to and including the night (the CSV's rule; the view can hold a
@@ -504,6 +511,99 @@ def dues_billing(
                 }
             )
     return rows
+
+
+def members_tonight(service: Service) -> set[str]:
+    """The clients holding a membership active or frozen now (a night of ``cohort_retention``)."""
+    return {
+        ms.client_number
+        for ms in service.memberships.values()
+        if status_bucket(ms.status) in ("active", "frozen")
+    }
+
+
+def _month_end(month: dt.date) -> dt.date:
+    following = (month + dt.timedelta(days=32)).replace(day=1)
+    return following - dt.timedelta(days=1)
+
+
+def _months_between(first: dt.date, last: dt.date) -> list[dt.date]:
+    months, month = [], first
+    while month <= last:
+        months.append(month)
+        month = (month + dt.timedelta(days=32)).replace(day=1)
+    return months
+
+
+def _in_effect(ms: m.Membership, day: dt.date) -> bool:
+    return (
+        ms.start_date <= day
+        and (ms.cancel_date is None or ms.cancel_date > day)
+        and (ms.end_date is None or ms.end_date > day)
+    )
+
+
+def cohort_retention(service: Service, members_on: Mapping[dt.date, set[str]]) -> list[Row]:
+    """``cohort_retention`` from the nights held: ``members_on``, each night -> the
+    :func:`members_tonight` of that night; memberships' dates and sales from the service now."""
+    newest = max(members_on)
+    first: dict[str, m.Membership] = {}
+    for ms in sorted(service.memberships.values(), key=lambda ms: (ms.start_date, ms.membership_id)):
+        first.setdefault(ms.client_number, ms)
+    cohorts: dict[tuple[dt.date, str], list[str]] = defaultdict(list)
+    for number, ms in first.items():
+        cohorts[(ms.start_date.replace(day=1), ms.storecode)].append(number)
+    spent = _spending_by_month(service, newest)
+    rows = []
+    for (cohort_month, code), clients in sorted(cohorts.items()):
+        revenue = sum((v for (c, mo), v in spent.items() if c in clients and mo < cohort_month), ZERO)
+        for k, month in enumerate(_months_between(cohort_month, newest.replace(day=1))):
+            as_of = min(_month_end(month), newest)
+            still = _still_members(service, clients, as_of, members_on)
+            revenue += sum((spent.get((c, month), ZERO) for c in clients), ZERO)
+            rows.append(
+                {
+                    "cohort_month": cohort_month,
+                    "storecode": code,
+                    "store_name": service.stores[code].name if code in service.stores else None,
+                    "months_since_join": k,
+                    "month": month,
+                    "as_of_date": as_of,
+                    "cohort_size": len(clients),
+                    "still_members": still,
+                    "retention_rate": (Decimal(still) / len(clients)).quantize(RATE_PLACES, ROUND_HALF_UP),
+                    "revenue_to_date": revenue,
+                    "lifetime_value": (revenue / len(clients)).quantize(CENT, ROUND_HALF_UP),
+                }
+            )
+    return rows
+
+
+def _spending_by_month(service: Service, newest: dt.date) -> dict[tuple[str, dt.date], Decimal]:
+    """(client, month) -> the client's lines of non-voided sales dated up to ``newest``, G aside."""
+    spent: dict[tuple[str, dt.date], Decimal] = defaultdict(lambda: ZERO)
+    for t in service.transactions.values():
+        day = t.local_datetime.date()
+        if not is_voided(t.status) and day <= newest:
+            spent[(t.client_number, day.replace(day=1))] += sum(
+                (line.amount for line in t.lines if line.type != "G"), ZERO
+            )
+    return spent
+
+
+def _still_members(
+    service: Service,
+    clients: list[str],
+    month: dt.date,
+    as_of: dt.date,
+    members_on: Mapping[dt.date, set[str]],
+) -> int:
+    held = [night for night in members_on if night <= as_of]
+    if held:
+        members = members_on[max(held)]
+        return sum(1 for c in clients if c in members)
+    dated = {ms.client_number for ms in service.memberships.values() if _in_effect(ms, as_of)}
+    return sum(1 for c in clients if c in dated)
 
 
 def points_liability(service: Service, night: dt.date) -> list[Row]:

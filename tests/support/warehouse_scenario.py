@@ -107,6 +107,7 @@ def _client_state(number: str, night_index: int, rng: random.Random) -> dict[str
             "is_eft": is_eft,
             "status": status,
             "storecode": store,
+            "start_date": dt.date(2025, 1 + i % 12, 1 + i % 28),  # a cohort a month of 2025
             "draw_day": (1, 15, 20)[i % 3] if is_eft else None,
             "monthly_dues": D("39.99") + D(i % 4) * D("0.01") if is_eft else None,
             "price": None if is_eft else D("499.00"),
@@ -120,6 +121,7 @@ def _client_state(number: str, night_index: int, rng: random.Random) -> dict[str
                 "is_eft": True,
                 "status": "active",
                 "storecode": UPTOWN,
+                "start_date": dt.date(2026, 2, 10),
                 "draw_day": 15,
                 "monthly_dues": D("0.10"),
             }

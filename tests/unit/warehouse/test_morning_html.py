@@ -35,7 +35,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-CHARTS = ("debt", "frozen-rate", "active-members", "mrr", "revenue", "package-liability", "gift-certificates")
+CHARTS = (
+    "debt",
+    "frozen-rate",
+    "active-members",
+    "mrr",
+    "revenue",
+    "package-liability",
+    "gift-certificates",
+    "cohort-retention",
+)
 VIEWPORTS = {"phone": (390, 844), "desktop": (1280, 900)}
 
 

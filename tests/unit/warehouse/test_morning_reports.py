@@ -13,7 +13,7 @@ import csv
 import datetime as dt
 import io
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,39 @@ def test_case_membership_roll_forward_monthly_sums_the_nights_of_each_month(ware
     got = rows_of(data_dir, "membership_roll_forward_monthly")
     assert differences("membership_roll_forward_monthly", got, expected) == []
     assert {m for m, _ in expected} >= {dt.date(2026, 2, 1), dt.date(2026, 3, 1)}
+
+
+def test_case_member_cohorts_over_thirteen_months_of_nights(warehouse) -> None:
+    """Case: cohorts joined before the first night and during the history, statuses read from the
+    newest night on or before each month's end (a month without a night: the one before), a
+    membership moved to another store, late voids out of the revenue to date."""
+    data_dir, truth = warehouse
+    expected = truth.cohorts()
+    with connect(data_dir) as con:
+        cursor = con.execute(
+            "SELECT cohort_month, storecode, months_since_join, cohort_size, still_members, revenue_to_date, "
+            "retention_rate, lifetime_value FROM reports.cohort_retention"
+        )
+        got = {}
+        for cohort, store, k, size, still, revenue, rate, value in cursor.fetchall():
+            got[(cohort, store, k)] = {
+                "cohort_size": size,
+                "still_members": still,
+                "revenue_to_date": revenue,
+            }
+            assert rate == (Decimal(still) / size).quantize(Decimal("0.0001"), ROUND_HALF_UP)
+            assert value == (revenue / size).quantize(Decimal("0.01"), ROUND_HALF_UP)
+    assert got == expected
+    gap_months = {dt.date(2025, 4, 1), dt.date(2026, 1, 1)}  # no night in them
+    before = [v for (c, _, k), v in expected.items() if c < dt.date(2025, 3, 1)]
+    assert len(before) > 100 and any(v["still_members"] < v["cohort_size"] for v in before)
+    assert {_add_months(c, k) for c, _, k in expected} >= gap_months
+    assert any(v["revenue_to_date"] > 0 for v in expected.values())
+
+
+def _add_months(month: dt.date, k: int) -> dt.date:
+    total = month.year * 12 + month.month - 1 + k
+    return dt.date(total // 12, total % 12 + 1, 1)
 
 
 def test_case_mrr_by_store_moves_with_upgrades_downgrades_pauses_and_churn(warehouse) -> None:

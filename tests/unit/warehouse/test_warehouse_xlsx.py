@@ -42,6 +42,7 @@ SHEETS = {
     "gift_certificate_liability_by_store": "Gift certificate liability",
     "package_liability_roll_forward": "Package roll-forward",
     "dues_billing_by_store_month": "Dues billing by month",
+    "cohort_retention": "Member cohorts",
     "eft_draw_forecast": "EFT draw forecast",
     "revenue_by_store_day": "Revenue by store and day",
     "membership_status_daily": "Membership status daily",
@@ -57,7 +58,7 @@ MONEY = {"amount_owed", "credit_amount", "net_balance", "monthly_dues_total", "a
 MONEY |= {"owed_0_29", "owed_30_59", "owed_60_89", "owed_90_plus", "revenue_7d"}
 MONEY |= {"previous_mrr", "expansion", "contraction", "churned", "paused", "mrr", "liability"}
 MONEY |= {"sold", "redeemed", "outstanding", "opening_liability", "closing_liability"}
-MONEY |= {"expected_dues", "billed_dues", "gap"}
+MONEY |= {"expected_dues", "billed_dues", "gap", "revenue_to_date", "lifetime_value"}
 # the scorecard's figures a week and a month earlier: empty here (the scenario has 3 nights)
 MONEY_COMPARED = {
     f"{f}{w}" for f in ("mrr", "amount_owed", "owed_90_plus", "revenue_7d") for w in ("_week", "_month")
@@ -66,8 +67,16 @@ MONEY_COMPARED = {f"{name}_ago" for name in MONEY_COMPARED}
 MRR_FLOWS = {"new", "reactivated"}  # money in mrr_by_store, counts in membership_roll_forward
 # Money in one sheet, a count in others (by sheet title)
 SHEET_MONEY = {"MRR by store": frozenset(MRR_FLOWS), "Package roll-forward": frozenset({"expired"})}
-RATES = {"frozen_rate", "churn_rate", "churn_rate_12m"}
-DATES = {"snapshot_date", "business_date", "last_payment_date", "month", "first_night"}
+RATES = {"frozen_rate", "churn_rate", "churn_rate_12m", "retention_rate"}
+DATES = {
+    "snapshot_date",
+    "business_date",
+    "last_payment_date",
+    "month",
+    "first_night",
+    "cohort_month",
+    "as_of_date",
+}
 DATES_COMPARED = {"week_ago_date", "month_ago_date"}
 BOOLEANS = {"eft_on_file"}
 TEXT = {"storecode", "store_name", "type", "status", "client_number", "client_name"}
