@@ -204,6 +204,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a membership's dues expected on every night after its draw day, not once",
     ),
     Mutation(
+        "month_to_date_not_carried",
+        "sql/macros/month_to_date.sql",
+        "{% if carrying %} + coalesce(carried.{{ column }}, 0){% endif %}",
+        "",
+        (
+            MORNING + "::test_case_membership_roll_forward_monthly_sums_the_nights_of_each_month",
+            "tests/scenarios/test_reports_truth.py::"
+            "test_case_the_monthly_package_roll_forward_sums_the_nights_of_its_month",
+        ),
+        "an incremental build starts a month's sums again from its first night built",
+    ),
+    Mutation(
         "cohort_on_hold_member",
         "sql/reports/cohort_retention.sql",
         "where memberships.status in ('active', 'frozen')",

@@ -110,6 +110,12 @@ REPORTS: dict[str, Report] = {
             sheet="Package roll-forward",
         ),
         Report(
+            "package_liability_roll_forward_monthly",
+            "month, storecode",
+            sheet="Package roll-forward month",
+            where=_MONTHS_UP_TO_THE_NIGHT,
+        ),
+        Report(
             "dues_billing_by_store_month",
             "month, storecode",
             sheet="Dues billing by month",

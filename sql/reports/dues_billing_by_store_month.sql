@@ -9,8 +9,7 @@
 
 with expected as (
 
-    select * from {{ ref('dues_expected_mtd') }}
-    qualify row_number() over (partition by month, storecode order by as_of_date desc) = 1
+    {{ newest_in_month(ref('dues_expected_mtd')) }}
 
 ),
 

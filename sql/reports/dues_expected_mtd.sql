@@ -2,9 +2,8 @@
 -- the night's store list: the monthly dues of each EFT membership active on a night held that is
 -- its draw day (the night's day of the month), summed over the month's nights up to this one.
 -- Stored per night, so a month's figure outlives its daily nights: retention may thin a month to
--- its last night, and reports.dues_billing_by_store_month reads each month's newest night.
--- Incremental: the month to date of the night before the first night built comes from source
--- prior (its newest night).
+-- its last night, and reports.dues_billing_by_store_month reads each month's newest night (macro
+-- month_to_date, carried on from source prior).
 
 with stores as (
 
@@ -23,53 +22,21 @@ due_tonight as (
 
 daily as (
 
-    select stores.*, coalesce(due_tonight.due, 0) as due
+    select stores.*, coalesce(due_tonight.due, 0) as expected_dues
     from stores
     left join due_tonight using (snapshot_date, storecode)
 
 ),
 
-{% if incremental_build() %}
-carried as (
-
-    select month, storecode, expected_dues from {{ source('prior', 'dues_expected_mtd') }}
-
-),
-{% endif %}
-
-running as (
-
-    select
-        cast(date_trunc('month', snapshot_date) as date) as month,
-        storecode,
-        snapshot_date as as_of_date,
-        store_name,
-        sum(due) over (
-            partition by date_trunc('month', snapshot_date), storecode
-            order by snapshot_date
-            rows between unbounded preceding and current row
-        ) as expected_dues
-    from daily
-
-),
-
 final as (
 
-    select
-        running.month,
-        running.storecode,
-        running.as_of_date,
-        running.store_name,
-        {% if incremental_build() %}
-        cast(running.expected_dues + coalesce(carried.expected_dues, 0) as decimal(18, 2)) as expected_dues
-        {% else %}
-        cast(running.expected_dues as decimal(18, 2)) as expected_dues
-        {% endif %}
-    from running
-    {% if incremental_build() %}
-    left join carried
-        on carried.month = running.month and carried.storecode = running.storecode
-    {% endif %}
+    {{ month_to_date(
+        'daily',
+        source('prior', 'dues_expected_mtd'),
+        sums=['expected_dues'],
+        sum_type='decimal(18, 2)',
+        with_nights=false
+    ) }}
 
 )
 

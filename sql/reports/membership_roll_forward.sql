@@ -8,13 +8,7 @@
 -- of the night before) and the monthly twin adds up.
 -- Incremental: the previous night of the first night built comes from source prior.
 
-with all_nights as (
-
-    select snapshot_date from {{ source('meta', 'nights') }}
-
-),
-
-nights_built as (
+with nights_built as (
 
     select snapshot_date from {{ source('meta', 'build_nights') }}
 
@@ -48,15 +42,7 @@ memberships as (
 
 night_pairs as (
 
-    -- each night built and the committed night before it (itself on the first night: baseline)
-    select
-        ordered.snapshot_date,
-        coalesce(ordered.previous_night, ordered.snapshot_date) as previous_night
-    from (
-        select snapshot_date, lag(snapshot_date) over (order by snapshot_date) as previous_night
-        from all_nights
-    ) as ordered
-    inner join nights_built using (snapshot_date)
+    {{ night_pairs() }}
 
 ),
 

@@ -5,16 +5,9 @@
 -- each month's newest night, whose month-to-date figures stay when retention thins the month.
 {{ config(materialized='scratch_view') }}
 
-with month_to_date as (
+with newest as (
 
-    select * from {{ ref('membership_roll_forward_mtd') }}
-
-),
-
-newest as (
-
-    select * from month_to_date
-    qualify row_number() over (partition by month, storecode order by as_of_date desc) = 1
+    {{ newest_in_month(ref('membership_roll_forward_mtd')) }}
 
 ),
 

@@ -10,13 +10,7 @@
 -- Rows: the night's store list, and any other storecode a package names on either night (store_name
 -- empty), so consecutive rows chain. Incremental: the previous night comes from source prior.
 
-with all_nights as (
-
-    select snapshot_date from {{ source('meta', 'nights') }}
-
-),
-
-nights_built as (
+with nights_built as (
 
     select snapshot_date from {{ source('meta', 'build_nights') }}
 
@@ -44,15 +38,7 @@ packages as (
 
 night_pairs as (
 
-    -- each night built and the committed night before it (itself on the first night: baseline)
-    select
-        ordered.snapshot_date,
-        coalesce(ordered.previous_night, ordered.snapshot_date) as previous_night
-    from (
-        select snapshot_date, lag(snapshot_date) over (order by snapshot_date) as previous_night
-        from all_nights
-    ) as ordered
-    inner join nights_built using (snapshot_date)
+    {{ night_pairs() }}
 
 ),
 

@@ -1117,6 +1117,32 @@ def test_case_the_package_roll_forward_adds_up_and_chains(run: Run) -> None:
     assert truth.report_differences(again, {name: run.nights[0].truth[name]}) == []
 
 
+def test_case_the_monthly_package_roll_forward_sums_the_nights_of_its_month(run: Run) -> None:
+    """The monthly twin: each month's opening is its first night's, its movements the sums of its
+    nights (the expiry and the redemption between nights among them), its closing its last
+    night's; read from the stored month to date, the same in the view and the CSV of the last night."""
+    name = "package_liability_roll_forward_monthly"
+    daily = [r for night in run.nights for r in night.truth["package_liability_roll_forward"]]
+    want = truth.monthly_roll_forward(
+        daily, "opening_liability", ("sold", "redeemed", "expired"), "closing_liability"
+    )
+    with contextlib.closing(duckdb.connect(str(run.data_dir.warehouse_db), read_only=True)) as con:
+        cursor = con.execute(f"SELECT * FROM reports.{name}")
+        header = [d[0] for d in cursor.description or []]
+        actual = [dict(zip(header, r, strict=True)) for r in cursor.fetchall()]
+    assert truth.diff_rows(name, actual, want, ("month", "storecode")) == []
+    for row in actual:
+        moved = row["opening_liability"] + row["sold"] - row["redeemed"] - row["expired"]
+        assert moved == row["closing_liability"], row
+    assert sum(r["expired"] for r in want) > 0 and sum(r["redeemed"] for r in want) > 0
+    last = run.nights[-1].date
+    _, csv_rows = truth.read_csv(truth.csv_path(run.data_dir, last, name))
+    assert [(r["month"], r["closing_liability"]) for r in csv_rows] == [
+        (r["month"].isoformat(), str(r["closing_liability"]))
+        for r in sorted(want, key=lambda r: (r["month"], r["storecode"].encode()))
+    ]
+
+
 def test_case_packages_sold_between_nights(run: Run) -> None:
     sold = set(run.nights[1].facts["packages"]) - set(run.nights[0].facts["packages"])
     assert len(sold) >= 4  # the ordinary writes' package sales

@@ -437,6 +437,28 @@ def package_roll_forward_of(
     return package_roll_forward(night, stores, before, packages_owed(service, night))
 
 
+def monthly_roll_forward(daily: Iterable[Row], opening: str, sums: Sequence[str], closing: str) -> list[Row]:
+    """A daily roll-forward's rows by calendar month and store: the opening of the month's first
+    night, the sums of its nights, the closing (and store name) of its last night."""
+    by_month: dict[tuple[dt.date, str], list[Row]] = defaultdict(list)
+    for row in sorted(daily, key=lambda r: r["snapshot_date"]):
+        by_month[(row["snapshot_date"].replace(day=1), row["storecode"])].append(row)
+    return [
+        {
+            "month": month,
+            "storecode": code,
+            "snapshot_date": rows[-1]["snapshot_date"],
+            "store_name": rows[-1]["store_name"],
+            "first_night": rows[0]["snapshot_date"],
+            "nights": len(rows),
+            opening: rows[0][opening],
+            **{column: sum((r[column] for r in rows), ZERO) for column in sums},
+            closing: rows[-1][closing],
+        }
+        for (month, code), rows in sorted(by_month.items())
+    ]
+
+
 def _package_moves(
     was: PackageOwed | None, left: PackageOwed | None
 ) -> list[tuple[PackageOwed, Decimal, Decimal]]:
@@ -594,7 +616,6 @@ def _spending_by_month(service: Service, newest: dt.date) -> dict[tuple[str, dt.
 def _still_members(
     service: Service,
     clients: list[str],
-    month: dt.date,
     as_of: dt.date,
     members_on: Mapping[dt.date, set[str]],
 ) -> int:

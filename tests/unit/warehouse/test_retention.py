@@ -46,7 +46,12 @@ SNAPSHOT_REPORTS = (
 
 
 # Reports listing every month up to the night: after retention, the months still held.
-MONTH_LISTS = ("churn_by_store_month", "membership_roll_forward_monthly", "dues_billing_by_store_month")
+MONTH_LISTS = (
+    "churn_by_store_month",
+    "membership_roll_forward_monthly",
+    "dues_billing_by_store_month",
+    "package_liability_roll_forward_monthly",
+)
 ROLLING = ("months_12m", "canceled_12m", "churn_rate_12m")  # over the months held of the last 12
 
 

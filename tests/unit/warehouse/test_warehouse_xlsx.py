@@ -41,6 +41,7 @@ SHEETS = {
     "package_liability_by_store": "Package liability",
     "gift_certificate_liability_by_store": "Gift certificate liability",
     "package_liability_roll_forward": "Package roll-forward",
+    "package_liability_roll_forward_monthly": "Package roll-forward month",
     "dues_billing_by_store_month": "Dues billing by month",
     "cohort_retention": "Member cohorts",
     "eft_draw_forecast": "EFT draw forecast",
@@ -66,7 +67,11 @@ MONEY_COMPARED = {
 MONEY_COMPARED = {f"{name}_ago" for name in MONEY_COMPARED}
 MRR_FLOWS = {"new", "reactivated"}  # money in mrr_by_store, counts in membership_roll_forward
 # Money in one sheet, a count in others (by sheet title)
-SHEET_MONEY = {"MRR by store": frozenset(MRR_FLOWS), "Package roll-forward": frozenset({"expired"})}
+SHEET_MONEY = {
+    "MRR by store": frozenset(MRR_FLOWS),
+    "Package roll-forward": frozenset({"expired"}),
+    "Package roll-forward month": frozenset({"expired"}),
+}
 RATES = {"frozen_rate", "churn_rate", "churn_rate_12m", "retention_rate"}
 DATES = {
     "snapshot_date",
