@@ -70,15 +70,20 @@ def reports_catalogue() -> str:
             f"Grain: {meta.get('grain', '')}. Key: {', '.join(f'`{k}`' for k in meta.get('key') or [])}. "
             f"Stored: {meta.get('storage', '')}.",
             "",
-            "| column | meaning |",
-            "|---|---|",
+            "| column | heading | meaning |",
+            "|---|---|---|",
             *(
-                f"| `{c['name']}` | {_one_line(str(c.get('description', '')))} |"
+                f"| `{c['name']}` | {_heading(c)} | {_one_line(str(c.get('description', '')))} |"
                 for c in entry.get("columns", [])
             ),
         ]
         sections.append("\n".join(lines))
     return "\n\n".join(sections)
+
+
+def _heading(column: dict[str, Any]) -> str:
+    """The column's heading in the workbook (empty: not in an exported report)."""
+    return _one_line(str(((column.get("config") or {}).get("meta") or {}).get("heading") or ""))
 
 
 def _one_line(text: str) -> str:

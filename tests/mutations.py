@@ -216,6 +216,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an incremental build starts a month's sums again from its first night built",
     ),
     Mutation(
+        "workbook_machine_headings",
+        "warehouse/workbook.py",
+        "for col, heading in enumerate(table.headings):\n        sheet.write_string(HEADER_ROW",
+        "for col, heading in enumerate(table.header):\n        sheet.write_string(HEADER_ROW",
+        ("tests/unit/warehouse/test_warehouse_xlsx.py",),
+        "the workbook's header shows the CSV's column names, not the headings managers read",
+    ),
+    Mutation(
         "cohort_on_hold_member",
         "sql/reports/cohort_retention.sql",
         "where memberships.status in ('active', 'frozen')",

@@ -151,6 +151,7 @@ REPORTS: dict[str, Report] = {
             "storecode, balance DESC, client_number",
             sheet="Top debtors",
             relation="identity.top_debtors",
+            model="identified_top_debtors",
         ),
         Report(
             "balance_aging_by_store",
@@ -284,16 +285,26 @@ def export_reports(
     names = check_report_names(reports)
     with open_at_night(data_dir, night) as (con, night):
         tables = [read_report(con, REPORTS[name], night, store) for name in names]
+        store_name = None if store is None else _store_name(con, night, store)
     written = []
     for table in tables:
         path = report_path(data_dir, table.report.name, night, store)
         write_file_atomic(path, render_csv(table.header, table.rows))
         written.append(path)
     path = workbook_path(data_dir, night, store)
-    write_file_atomic(path, render_workbook(tables, night, store))
+    write_file_atomic(path, render_workbook(tables, night, store, store_name))
     written.append(path)
     log.info("exported %d report(s) of %s to %s", len(tables), night.isoformat(), path.parent)
     return written
+
+
+def _store_name(con: duckdb.DuckDBPyConnection, night: dt.date, store: str) -> str | None:
+    """The store's name in the night's store list (None: not listed that night)."""
+    row = con.execute(
+        "SELECT store_name FROM reports.store_scorecard WHERE snapshot_date = ? AND storecode = ?",
+        [night, store],
+    ).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def night_stores(data_dir: DataDir, night: dt.date | None = None) -> list[str]:

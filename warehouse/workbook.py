@@ -7,9 +7,11 @@ A CSV loses what a spreadsheet guesses wrong (client number ``000718`` becomes `
   written with ``write_string``, so nothing is ever read as a number or run as a formula;
 - DECIMAL money (scale 2) is a number shown ``#,##0.00``, rates (scale 4) ``0.0000``, counts
   integers, dates real dates shown ``yyyy-mm-dd``;
-- a bold frozen header row with an autofilter (over the rows, not the TOTAL row, so sorting
+- a title line (the report, the store or "all stores", the night), then a bold header row of
+  human headings (declared beside each column's description in the dbt YAML; the CSVs keep the
+  column names), both frozen, with an autofilter (over the rows, not the TOTAL row, so sorting
   keeps the TOTAL last), columns as wide as their content, TOTAL rows bold;
-- printed landscape, fit to the page width, the header repeated on every page.
+- printed landscape, fit to the page width, the title and header repeated on every page.
 
 The rows come from :func:`membersync.warehouse.export.read_report`, the same as the CSV's. The
 workbook's creation time is the night, so a rerun on the same data writes identical bytes.
@@ -42,6 +44,8 @@ BOOLEAN_FORMAT = '"TRUE";"TRUE";"FALSE"'
 TEXT_FORMAT = "@"  # a value typed into a text column later stays text (a client number keeps its zeros)
 
 MAX_SHEET_TITLE = 31  # Excel refuses longer sheet names
+TITLE_ROW, HEADER_ROW, FIRST_ROW = 0, 1, 2
+TITLE_FONT_SIZE = 13
 MIN_WIDTH, MAX_WIDTH = 6, 60
 FILTER_BUTTON_WIDTH = 3  # the autofilter's drop-down button covers the end of the header text
 
@@ -102,12 +106,14 @@ class _Formats:
 
     def __init__(self, workbook: xlsxwriter.Workbook) -> None:
         self.workbook = workbook
-        self.made: dict[tuple[str, bool], Format] = {}
+        self.made: dict[tuple[str, bool, int | None], Format] = {}
 
-    def get(self, number_format: str, bold: bool = False) -> Format:
-        key = (number_format, bold)
+    def get(self, number_format: str, bold: bool = False, size: int | None = None) -> Format:
+        key = (number_format, bold, size)
         if key not in self.made:
             properties: dict[str, Any] = {"num_format": number_format, "bold": bold}
+            if size is not None:
+                properties["font_size"] = size
             if number_format in (DATE_FORMAT, DATETIME_FORMAT):
                 # centred: a right-aligned date would run into the left-aligned text beside it
                 properties["align"] = "center"
@@ -115,9 +121,11 @@ class _Formats:
         return self.made[key]
 
 
-def render_workbook(tables: Sequence[ReportTable], night: dt.date, store: str | None = None) -> bytes:
+def render_workbook(
+    tables: Sequence[ReportTable], night: dt.date, store: str | None = None, store_name: str | None = None
+) -> bytes:
     """The workbook's bytes: one sheet per report table, in the order given (``store``: a store's
-    own workbook, named in its title)."""
+    own workbook, named in its title and each sheet's title line, with ``store_name``)."""
     buffer = io.BytesIO()
     options = {
         "in_memory": True,
@@ -135,8 +143,16 @@ def render_workbook(tables: Sequence[ReportTable], night: dt.date, store: str | 
         }
     )
     formats = _Formats(workbook)
+    where = (
+        "all stores"
+        if store is None
+        else f"{store_name} ({store.rstrip()})"
+        if store_name
+        else store.rstrip()
+    )
     for table in tables:
-        _write_sheet(workbook.add_worksheet(sheet_title(table)), table, formats)
+        title = f"{sheet_title(table)} \u2014 {where} \u2014 night of {night.isoformat()}"
+        _write_sheet(workbook.add_worksheet(sheet_title(table)), table, title, formats)
     workbook.close()
     return buffer.getvalue()
 
@@ -146,24 +162,26 @@ def sheet_title(table: ReportTable) -> str:
     return title[:MAX_SHEET_TITLE]
 
 
-def _write_sheet(sheet: Worksheet, table: ReportTable, formats: _Formats) -> None:
+def _write_sheet(sheet: Worksheet, table: ReportTable, title: str, formats: _Formats) -> None:
     styles = [column_style(t) for t in table.types]
+    # The title runs over the empty cells to its right, as a spreadsheet shows long text.
+    sheet.write_string(TITLE_ROW, 0, title, formats.get("General", bold=True, size=TITLE_FONT_SIZE))
     header_format = formats.get("General", bold=True)
-    for col, name in enumerate(table.header):
-        sheet.write_string(0, col, name, header_format)
+    for col, heading in enumerate(table.headings):
+        sheet.write_string(HEADER_ROW, col, heading, header_format)
     total_index = len(table.rows) - 1 if table.has_total else None
     for index, row in enumerate(table.rows):
         bold = index == total_index
         for col, value in enumerate(row):
-            _write_cell(sheet, index + 1, col, value, formats.get(styles[col].number_format, bold))
+            _write_cell(sheet, FIRST_ROW + index, col, value, formats.get(styles[col].number_format, bold))
     _set_widths(sheet, table, styles)
     last_col = max(len(table.header) - 1, 0)
     body_rows = len(table.rows) - (1 if table.has_total else 0)
-    sheet.freeze_panes(1, 0)
-    sheet.autofilter(0, 0, body_rows, last_col)
+    sheet.freeze_panes(FIRST_ROW, 0)
+    sheet.autofilter(HEADER_ROW, 0, HEADER_ROW + body_rows, last_col)
     sheet.set_landscape()
     sheet.fit_to_pages(1, 0)  # one page wide, as many pages tall as it takes
-    sheet.repeat_rows(0)
+    sheet.repeat_rows(TITLE_ROW, HEADER_ROW)
 
 
 def _write_cell(sheet: Worksheet, row: int, col: int, value: Any, cell_format: Format) -> None:
@@ -181,9 +199,9 @@ def _write_cell(sheet: Worksheet, row: int, col: int, value: Any, cell_format: F
 
 
 def _set_widths(sheet: Worksheet, table: ReportTable, styles: list[ColumnStyle]) -> None:
-    for col, name in enumerate(table.header):
+    for col, heading in enumerate(table.headings):
         longest = max(
-            [len(name) + FILTER_BUTTON_WIDTH, *(len(styles[col].display(row[col])) for row in table.rows)]
+            [len(heading) + FILTER_BUTTON_WIDTH, *(len(styles[col].display(row[col])) for row in table.rows)]
         )
         # +1: bold TOTAL and header text is a little wider than the character count says.
         sheet.set_column(col, col, min(max(longest + 1, MIN_WIDTH), MAX_WIDTH))

@@ -135,14 +135,24 @@ def same_page(old: str, new: str, *, first_night: bool) -> bool:
 
 
 def same_sheets(old: Path, new: Path) -> bool:
-    """Every sheet of the earlier workbook is in the new one, cell for cell (value and format)."""
+    """Every sheet of the earlier workbook is in the new one, cell for cell (value and format),
+    below the new title line and with each column name read as its heading."""
+    from membersync.warehouse.export import REPORTS
 
-    def cells(book: openpyxl.Workbook, name: str) -> list[list[tuple[object, str]]]:
-        return [[(c.value, c.number_format) for c in row] for row in book[name].iter_rows()]
+    headings = {r.sheet: r.headings for r in REPORTS.values()}
+
+    def cells(book: openpyxl.Workbook, name: str, first: int) -> list[list[tuple[object, str]]]:
+        return [[(c.value, c.number_format) for c in row] for row in book[name].iter_rows(min_row=first)]
+
+    def same(name: str) -> bool:
+        header, *rows = cells(before, name, 1)
+        new_header, *new_rows = cells(after, name, 2)
+        named = [(headings[name].get(str(value), value), fmt) for value, fmt in header]
+        return named == new_header and rows == new_rows
 
     before, after = openpyxl.load_workbook(old), openpyxl.load_workbook(new)
     shared = [name for name in after.sheetnames if name in before.sheetnames]
-    return shared == before.sheetnames and all(cells(before, n) == cells(after, n) for n in shared)
+    return shared == before.sheetnames and all(same(n) for n in shared)
 
 
 def assert_migrated(root: Path) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+import openpyxl
 import truth
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.warehouse.export import REPORT_NAMES
@@ -75,6 +76,12 @@ def test_case_each_store_gets_its_own_folder_with_only_its_clients_and_one_messa
             mine = [r for r in expected[name] if r["storecode"] == store]
             want = truth.expected_csv_rows(name, mine, NIGHT)
             assert truth.diff_rows(f"{store}/{name}", rows, want, truth.SPECS[name].key) == []
+        # each sheet's title line names the store, by its name in the night's list and its code
+        listed = sandbox.call(lambda s, store=store: s.stores[store].name)
+        book = openpyxl.load_workbook(folder / f"reports_{NIGHT.isoformat()}.xlsx")
+        for sheet in book.worksheets:
+            title = sheet.cell(1, 1).value
+            assert title == f"{sheet.title} \u2014 {listed} ({store.rstrip()}) \u2014 night of {NIGHT}", title
         others = {r["client_number"] for r in expected["top_debtors"] if r["storecode"] != store}
         ranked = [r["client_number"] for r in expected["top_debtors"] if r["storecode"] == store]
         html = (folder / f"morning_report_{NIGHT.isoformat()}.html").read_text(encoding="utf-8")

@@ -23,6 +23,7 @@ from typing import Any
 import openpyxl
 import pytest
 import warehouse_scenario as sc
+import yaml
 from membersync.extract.settings import ServiceSettings
 from membersync.flows.cli import SYSTEM_PACKAGES
 from membersync.flows.nightly import SyncOptions, run_night
@@ -31,6 +32,7 @@ from membersync.warehouse.export import REPORT_NAMES, REPORTS, export_reports, r
 from membersync.warehouse.paths import DataDir
 from openpyxl.worksheet.worksheet import Worksheet
 from pydantic import SecretStr
+from repo_root import REPO
 from warehouse_scenario import land_scenario, read_csv
 
 NIGHT = sc.NIGHTS[1]
@@ -86,6 +88,7 @@ DATES_COMPARED = {"week_ago_date", "month_ago_date"}
 BOOLEANS = {"eft_on_file"}
 TEXT = {"storecode", "store_name", "type", "status", "client_number", "client_name"}
 SOFFICE_TIMEOUT_S = 240
+TITLE_ROW, HEADER_ROW, FIRST_ROW = 1, 2, 3  # openpyxl counts rows from 1
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +105,35 @@ def workbook(exported) -> openpyxl.Workbook:
     return openpyxl.load_workbook(paths[-1])
 
 
+def declared_headings() -> dict[str, dict[str, str]]:
+    """Model -> column -> heading, read from the dbt YAML here (not through the product's code)."""
+    out: dict[str, dict[str, str]] = {}
+    for path in sorted((REPO / "sql").glob("*/_*.yml")):
+        for model in yaml.safe_load(path.read_text(encoding="utf-8")).get("models", []):
+            out[model["name"]] = {
+                c["name"]: ((c.get("config") or {}).get("meta") or {}).get("heading")
+                for c in model.get("columns", [])
+            }
+    return out
+
+
+HEADINGS = declared_headings()
+REPORT_OF_SHEET = {title: name for name, title in SHEETS.items()}
+
+
+def headings_of(report: str) -> dict[str, str]:
+    return HEADINGS["identified_top_debtors" if report == "top_debtors" else report]
+
+
+def names_of(sheet: Worksheet) -> list[str]:
+    """The column names of a sheet, from its headings (row 2) and the YAML."""
+    name_of = {h: n for n, h in headings_of(REPORT_OF_SHEET[sheet.title]).items()}
+    return [name_of[c.value] for c in sheet[HEADER_ROW]]
+
+
 def column(sheet: Worksheet, name: str) -> list[Any]:
     """The cells of a column below the header."""
-    header = [c.value for c in sheet[1]]
-    return [row[header.index(name)] for row in sheet.iter_rows(min_row=2)]
+    return [row[names_of(sheet).index(name)] for row in sheet.iter_rows(min_row=FIRST_ROW)]
 
 
 # --- the file ------------------------------------------------------------------------------------
@@ -153,8 +181,7 @@ def test_identifiers_and_storecodes_are_text_byte_exact(workbook) -> None:
     assert {sc.DOWNTOWN, sc.DOWNTOWN_LOWER, sc.UPTOWN, sc.EMPTY, sc.NEW} <= set(codes)
     assert "Uptown Día" in [c.value for c in column(stores, "store_name")]
     for sheet in workbook.worksheets:
-        header = [c.value for c in sheet[1]]
-        for name in TEXT & set(header):
+        for name in TEXT & set(names_of(sheet)):
             assert all(c.value is None or c.data_type == "s" for c in column(sheet, name)), (
                 sheet.title,
                 name,
@@ -164,8 +191,7 @@ def test_identifiers_and_storecodes_are_text_byte_exact(workbook) -> None:
 def test_money_rates_counts_and_dates_are_typed_and_formatted(workbook) -> None:
     seen: set[str] = set()
     for sheet in workbook.worksheets:
-        header = [c.value for c in sheet[1]]
-        for name in header:
+        for name in names_of(sheet):
             cells = [c for c in column(sheet, name) if c.value is not None]
             if not cells:
                 continue
@@ -197,30 +223,50 @@ def test_formula_looking_text_stays_text(workbook) -> None:
 # --- layout --------------------------------------------------------------------------------------
 
 
-def test_header_frozen_bold_filtered_total_bold_widths_and_print_setup(workbook) -> None:
+def test_title_line_header_frozen_bold_filtered_total_bold_widths_and_print_setup(workbook) -> None:
     for name, title in SHEETS.items():
         sheet = workbook[title]
-        header = [c.value for c in sheet[1]]
-        assert all(c.font.b for c in sheet[1])
-        assert sheet.freeze_panes == "A2"
+        (shown_title,) = [c.value for c in sheet[TITLE_ROW] if c.value is not None]
+        assert shown_title == f"{title} \u2014 all stores \u2014 night of {NIGHT.isoformat()}"
+        assert sheet.cell(TITLE_ROW, 1).font.b
+        header = [c.value for c in sheet[HEADER_ROW]]
+        assert all(c.font.b for c in sheet[HEADER_ROW])
+        assert sheet.freeze_panes == "A3"
         assert sheet.page_setup.orientation == "landscape"
         assert sheet.sheet_properties.pageSetUpPr.fitToPage
         # one page wide (1 is the file format's default, so it may be left out), any number tall
         assert (sheet.page_setup.fitToWidth or 1, sheet.page_setup.fitToHeight) == (1, 0)
-        assert sheet.print_title_rows.replace("$", "") == "1:1"
+        assert sheet.print_title_rows.replace("$", "") == "1:2"
         totalled = REPORTS[name].total is not None
         last = sheet.max_row - (1 if totalled else 0)  # the filter leaves TOTAL out
-        assert sheet.auto_filter.ref == f"A1:{sheet.cell(1, len(header)).column_letter}{last}"
-        body = list(sheet.iter_rows(min_row=2))
+        assert sheet.auto_filter.ref == f"A2:{sheet.cell(HEADER_ROW, len(header)).column_letter}{last}"
+        body = list(sheet.iter_rows(min_row=FIRST_ROW))
         if totalled:
             *body, total = body
-            assert total[header.index("storecode")].value == "TOTAL"
+            assert total[names_of(sheet).index("storecode")].value == "TOTAL"
             assert all(c.font.b for c in total)
         assert not [c for row in body for c in row if c.font.b]
-        for i, name_ in enumerate(header):
+        for i, (heading, name_) in enumerate(zip(header, names_of(sheet), strict=True)):
             width = column_width(sheet, i + 1)
-            longest = max([len(name_), *(len(shown(name_, r[i].value)) for r in sheet.iter_rows(min_row=2))])
-            assert longest <= width <= max(longest + 8, 10), (title, name_, width)
+            cells = [shown(name_, r[i].value) for r in sheet.iter_rows(min_row=FIRST_ROW)]
+            longest = max([len(heading), *(len(c) for c in cells)])
+            assert longest <= width <= max(longest + 8, 10), (title, heading, width)
+
+
+def test_every_sheet_reads_human_headings_declared_beside_each_columns_description(
+    exported, workbook
+) -> None:
+    """Row 2 of each sheet: each CSV column's heading from the dbt YAML, every one declared, none
+    the machine name, none twice in a sheet; the CSV keeps the machine names."""
+    data_dir, _ = exported
+    for name, title in SHEETS.items():
+        csv_header = read_csv(report_path(data_dir, name, NIGHT))[0]
+        declared = headings_of(name)
+        assert set(declared) == set(csv_header) and all(declared.values()), (name, declared)
+        headings = [declared[c] for c in csv_header]
+        assert [c.value for c in workbook[title][HEADER_ROW]] == headings
+        assert all(h != c for h, c in zip(headings, csv_header, strict=True)), name
+        assert len(set(headings)) == len(headings), name
 
 
 def is_money(name: str, value: Any, sheet_money: frozenset[str] = frozenset()) -> bool:
@@ -279,10 +325,10 @@ def expected_csv_text(name: str, value: Any, sheet_money: frozenset[str] = froze
 def test_each_sheet_holds_the_csvs_rows_in_order(exported, workbook, name: str) -> None:
     data_dir, _ = exported
     csv_rows = read_csv(report_path(data_dir, name, NIGHT))
-    sheet_rows = [[c.value for c in row] for row in workbook[SHEETS[name]].iter_rows()]
-    assert sheet_rows[0] == csv_rows[0]
-    assert len(sheet_rows) == len(csv_rows)
+    sheet_rows = [[c.value for c in row] for row in workbook[SHEETS[name]].iter_rows(min_row=HEADER_ROW)]
     header = csv_rows[0]
+    assert sheet_rows[0] == [headings_of(name)[c] for c in header]
+    assert len(sheet_rows) == len(csv_rows)
     for line, (sheet_row, csv_row) in enumerate(zip(sheet_rows[1:], csv_rows[1:], strict=True), start=2):
         money = SHEET_MONEY.get(SHEETS[name], frozenset())
         got = [expected_csv_text(col, v, money) for col, v in zip(header, sheet_row, strict=True)]
@@ -356,7 +402,18 @@ def test_libreoffice_shows_leading_zeros_accents_and_two_decimals(exported, tmp_
         assert shown[:-1] not in tokens
     # Every amount, as LibreOffice renders it (not as our helper would format it): two decimals.
     assert [a for a in amounts if money_shown(a) not in tokens] == []
-    assert {"snapshot_date", "client_number", "TOTAL", "2026-03-02"} <= tokens  # headers, totals, dates
+    assert {"TOTAL", "2026-03-02"} <= tokens  # totals, dates
+    # the title line and human headings, not the CSV's column names
+    assert f"Outstanding balances \u2014 all stores \u2014 night of {NIGHT.isoformat()}" in text
+    for heading in (
+        "Clients owing",
+        "Amount owed",
+        "Client number",
+        "Owed 90+ days",
+        "Lifetime value per client",
+    ):
+        assert heading in text, heading
+    assert not {"clients_owing", "amount_owed", "client_number", "snapshot_date"} & tokens
     # booleans read TRUE/FALSE (not 1/0) on each debtor's line
     lines = text.splitlines()
     eft = debtors[0].index("eft_on_file")
