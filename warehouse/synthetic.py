@@ -238,6 +238,8 @@ def _membership_row(c: Client) -> dict[str, Any]:
         "is_eft": c.is_eft,
         "status": c.status,
         "storecode": c.store,
+        # joined over the three years before the history (no draw from the random stream)
+        "start_date": dt.date(2023, 1, 1) + dt.timedelta(days=int(n) * 37 % 1095),
         "draw_day": (1, 15)[int(n) % 2] if c.is_eft else None,
         "monthly_dues": Decimal("39.99") if c.is_eft else None,
         "price": None if c.is_eft else Decimal("499.00"),
