@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 TREND_NIGHTS = 90
 TOP_DEBTORS_SHOWN = 10
 COHORTS_SHOWN = 6  # the cohort chart's lines: the months of joining up to the night's
+MONTHS_SHOWN = 6  # the month charts' months, up to the night's
 CHART_WIDTH = 480  # scaled to the screen: small enough that a phone can read its text
 CHART_HEIGHT = 220
 # The scorecard's figures: (column, label, money?)
@@ -151,6 +152,7 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
     revenue = _revenue_points(con, window)
     packages, gift_certificates = _owed_points(con, window)
     cohorts = _cohort_points(con, [night, night, store, store])
+    dues, package_moves = _month_points(con, [night, night, store, store])
     return [
         Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
         Chart(
@@ -168,6 +170,16 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
             "gift-certificates",
             "Gift certificates outstanding (sold - redeemed; the chain's is the sum)",
             _line_chart(gift_certificates, "outstanding", "$,.0f"),
+        ),
+        Chart(
+            "package-moves",
+            "Package liability by month: sold, redeemed, expired",
+            _month_bars(package_moves, "moved"),
+        ),
+        Chart(
+            "dues-billing",
+            "Dues by month: what memberships say should be billed, and what was billed",
+            _month_bars(dues, "dues"),
         ),
         Chart(
             "cohort-retention",
@@ -279,6 +291,44 @@ def _cohort_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[di
         }
         for r in rows
     ]
+
+
+# The month charts: (report, its columns plotted, the value's field in the chart's rows)
+_MONTH_FIGURES = (
+    ("dues_billing_by_store_month", ("expected_dues", "billed_dues"), "dues"),
+    ("package_liability_roll_forward_monthly", ("sold", "redeemed", "expired"), "moved"),
+)
+
+
+def _month_points(
+    con: duckdb.DuckDBPyConnection, window: list[Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(dues expected and billed, package liability sold, redeemed and expired) of each of the
+    last MONTHS_SHOWN months up to the night's, the chain's (or the store's) sums.
+    ``window``: [night, night, store, store]."""
+    charts = []
+    for report, columns, value in _MONTH_FIGURES:
+        sums = ", ".join(f"sum({c}) AS {c}" for c in columns)
+        rows = _query(
+            con,
+            f"SELECT month, {sums} FROM reports.{report} "
+            f"WHERE month > date_trunc('month', CAST(? AS DATE)) - INTERVAL {MONTHS_SHOWN} MONTH "
+            "AND month <= date_trunc('month', CAST(? AS DATE))" + _OF_STORE + " GROUP BY 1 ORDER BY 1",
+            window,
+        )
+        charts.append(
+            [
+                {
+                    "month": r["month"].strftime("%Y-%m"),
+                    "figure": c.replace("_", " "),
+                    "order": i,
+                    value: float(r[c]),
+                }
+                for r in rows
+                for i, c in enumerate(columns)
+            ]
+        )
+    return charts[0], charts[1]
 
 
 def _revenue_points(con: duckdb.DuckDBPyConnection, window: list[Any]) -> list[dict[str, Any]]:
@@ -419,6 +469,25 @@ def _area_chart(rows: list[dict[str, Any]]) -> str:
             legend=_legend(),
         ),
         order=alt.Order("order:Q"),
+    )
+    return _render(chart)
+
+
+def _month_bars(rows: list[dict[str, Any]], value: str) -> str:
+    """A month's figures side by side, month after month."""
+    if not rows:
+        return ""
+    import altair as alt
+
+    chart = (
+        _base(rows)
+        .mark_bar()
+        .encode(
+            x=alt.X("month:O", title=None),
+            xOffset=alt.XOffset("figure:N", sort=alt.EncodingSortField("order")),
+            y=alt.Y(f"{value}:Q", title=None, axis=alt.Axis(format="$,.0f")),
+            color=alt.Color("figure:N", sort=alt.EncodingSortField("order"), legend=_legend()),
+        )
     )
     return _render(chart)
 

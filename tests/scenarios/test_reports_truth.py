@@ -1269,6 +1269,44 @@ def test_case_the_morning_report_plots_the_recent_cohorts(run: Run, monkeypatch:
     assert len({cohort for cohort, _ in plotted}) == 6
 
 
+def test_case_the_morning_report_plots_dues_and_package_moves_by_month(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The month charts plot, for each month held up to the night's, the chain's dues expected and
+    billed and its package liability sold, redeemed and expired: the truth's, summed over stores."""
+    from membersync.warehouse import export, morning
+
+    specs: dict[str, list[dict[str, Any]]] = {}
+
+    def capture(chart: Any) -> str:
+        spec = chart.to_dict(validate=False)
+        specs[spec["encoding"]["y"]["field"]] = spec["data"]["values"]
+        return "<svg></svg>"
+
+    monkeypatch.setattr(morning, "_render", capture)
+    last = run.nights[-1].date
+    with export.open_at_night(run.data_dir, last) as (con, night):
+        morning.read_charts(con, night)
+    dues = run.sandbox.call(lambda s: truth.dues_billing(s, run.store_months, run.dues_expected))
+    daily = [r for night in run.nights for r in night.truth["package_liability_roll_forward"]]
+    moves = truth.monthly_roll_forward(
+        daily, "opening_liability", ("sold", "redeemed", "expired"), "closing_liability"
+    )
+    for value, rows, columns in (
+        ("dues", dues, ("expected_dues", "billed_dues")),
+        ("moved", moves, ("sold", "redeemed", "expired")),
+    ):
+        want: dict[tuple[str, str], Decimal] = defaultdict(lambda: Decimal("0.00"))
+        for r in rows:
+            for c in columns:
+                want[(r["month"].strftime("%Y-%m"), c.replace("_", " "))] += r[c]
+        plotted = {
+            (p["month"], p["figure"]): Decimal(str(p[value])).quantize(truth.CENT) for p in specs[value]
+        }
+        assert plotted == dict(want), value
+        assert any(plotted.values()), value
+
+
 def test_case_points_adjustment_back_dated(run: Run) -> None:
     adjusted = run.scenario.adjusted
     assert adjusted is not None

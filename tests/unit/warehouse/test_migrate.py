@@ -128,7 +128,7 @@ def same_page(old: str, new: str, *, first_night: bool) -> bool:
     taken out. On the first night the debt chart is drawn by this code as a bar (an area over one
     night has no width): a rendering change of the chart, not of the data, so only the charts'
     count is compared there."""
-    charts = "package-liability|gift-certificates|cohort-retention"
+    charts = "package-liability|gift-certificates|package-moves|dues-billing|cohort-retention"
     added = rf'<figure class="chart" id="chart-(?:{charts})">.*?</figure>'
     new = re.sub(added, "", new, flags=re.S)
     return new.count("<svg") == old.count("<svg") if first_night else new == old

@@ -43,6 +43,8 @@ CHARTS = (
     "revenue",
     "package-liability",
     "gift-certificates",
+    "package-moves",
+    "dues-billing",
     "cohort-retention",
 )
 VIEWPORTS = {"phone": (390, 844), "desktop": (1280, 900)}
