@@ -52,6 +52,10 @@ LATENCY_SMOOTHING = 0.05  # weight of each new latency in its moving average
 # start), less RATE_MARGIN; CUBIC brings it back to that level in
 # REGROW_SECONDS, then beyond, ever steeper, until the next 429.
 RATE_MARGIN = 0.03
+# A night that knows no rate starts paced here and doubles every ACCEPT_WINDOW (a slow start in
+# time) until a 429 measures the limit: doubling every round trip, an unpaced start met a bucket
+# of 200 tokens ~128 requests in flight when it emptied, and all of them were refused.
+INITIAL_RATE = 100.0
 REGROW_SECONDS = 3.0
 ACCEPT_WINDOW = 1.0
 ACCEPT_MIN_COUNT = 10

@@ -5,8 +5,10 @@ rarely says its rate. The design is botocore's adaptive retry mode (a token buck
 found with CUBIC), with the server's own words obeyed exactly:
 
 - **Pacing**: :class:`RateLimiter` spaces requests ``1/rate`` apart (GCRA: one theoretical
-  arrival time, no background task). Unpaced until the first 429 (or at the rate a previous
-  night found, or at ``MEMBERSYNC_RATE``, which stays a cap).
+  arrival time, no background task). A night starts at the rate the previous one found, or,
+  knowing none, at ``INITIAL_RATE`` doubling every ``ACCEPT_WINDOW`` from its first request (a
+  slow start in time, not in round trips: at 20 ms a round trip, doubling each one met a bucket
+  of 200 tokens with ~128 requests in flight); ``MEMBERSYNC_RATE`` stays a cap.
 - **A 429 episode**: every request pauses together (a shared pause: the whole ``Retry-After``
   when it is long, else two intervals, a token bucket's next tokens), and the pace is cut
   **once** to what the server was accepting (successes over the last ``ACCEPT_WINDOW``), less
@@ -90,8 +92,12 @@ class RateLimiter:
         self._refused: deque[float] = deque()  # 429 times within ACCEPT_WINDOW
         self.latency = 0.0  # seconds, a moving average of the successes' latency
         self.decreases = 0
+        self._measured = initial is not None  # a level found (by a 429, or a night before)
+        self._first_request = False  # the slow start's clock starts with the first request
         if initial is not None:  # a night starts at the level the last one found: on the plateau
             self.level, self._cut_at = initial, clock() - K.REGROW_SECONDS
+        elif adaptive:  # knowing no rate: a slow start from INITIAL_RATE
+            self.level, self._slow_start, self._first_request = K.INITIAL_RATE, True, True
         self._set(self.level)
 
     # -- the pace ------------------------------------------------------------------------------
@@ -106,7 +112,7 @@ class RateLimiter:
         """The server's rate this night found (what the next night starts at), or None: the
         level of the last cut, or more when the server has accepted more over a window since (a
         cut from a floor, or from a bunch refused while sending slowly, is no measure of it)."""
-        return None if self.level is None else max(self.level, self._reached)
+        return None if self.level is None or not self._measured else max(self.level, self._reached)
 
     def _set(self, rate: float | None) -> None:
         for limit in (self.cap, self._announced):
@@ -117,6 +123,8 @@ class RateLimiter:
     async def wait_turn(self) -> None:
         """Wait for this request's slot: the end of a shared pause, then the pace."""
         now = self._clock()
+        if self._first_request:
+            self._first_request, self._cut_at = False, now
         if self.paused_until > now:
             await self._sleep(self.paused_until - now)
             now = self._clock()
@@ -204,7 +212,7 @@ class RateLimiter:
             exact = self._since_cut(now)
             if exact is None or exact >= (self._rate or float("inf")) * (1.0 - K.RATE_MARGIN):
                 return False
-            self.level, self._cut_at, self._reached = exact, now, 0.0
+            self.level, self._cut_at, self._reached, self._measured = exact, now, 0.0, True
             self.decreases += 1
             self._set(exact * (1.0 - K.RATE_MARGIN))
             return True
@@ -216,7 +224,7 @@ class RateLimiter:
         accepted = measured if measured is not None else self._few_accepted(now)
         self.level = accepted if self._rate is None else min(accepted, self._rate)
         self._slow_start = measured is None or answers[-1] - answers[0] < 0.9 * K.ACCEPT_WINDOW
-        self._cut_at, self._reached = now, 0.0
+        self._cut_at, self._reached, self._measured = now, 0.0, True
         self.decreases += 1
         self._set(self.level * (1.0 - K.RATE_MARGIN))
         return True

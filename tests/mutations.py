@@ -352,6 +352,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # --- the client's retry -------------------------------------------------------------------------
     Mutation(
+        "slow_start_from_construction",
+        "extract/limits.py",
+        "self.level, self._slow_start, self._first_request = K.INITIAL_RATE, True, True",
+        "self.level, self._slow_start, self._cut_at = K.INITIAL_RATE, True, clock()",
+        (
+            "tests/unit/extract/test_limits.py::"
+            "test_case_the_slow_start_doubles_every_window_from_the_first_request_not_the_start_up",
+        ),
+        "the slow start's clock runs from the limiter's creation: after the start-up, the first pace is huge",
+    ),
+    Mutation(
         "retry_no_503",
         "extract/constants.py",
         "RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})",

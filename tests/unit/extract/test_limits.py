@@ -99,11 +99,36 @@ def test_the_pace_spaces_requests_one_interval_apart() -> None:
     assert t.sleeps == [pytest.approx(0.01)] * 19
 
 
-def test_unpaced_until_the_server_objects_unless_capped_or_started_at_a_found_rate() -> None:
-    assert RateLimiter().rate is None
+def test_a_night_knowing_no_rate_starts_slow_unless_capped_or_started_at_a_found_rate() -> None:
+    assert RateLimiter().rate == K.INITIAL_RATE and RateLimiter().found is None
+    assert RateLimiter(adaptive=False).rate is None  # not adaptive: unpaced, unless capped
     assert RateLimiter(cap=40.0).rate == 40.0
     started = RateLimiter(initial=120.0, cap=100.0)
     assert started.rate == 100.0 and started.found == 120.0  # the cap holds over a remembered rate
+
+
+def test_case_the_slow_start_doubles_every_window_from_the_first_request_not_the_start_up() -> None:
+    """Case: at 20 ms a round trip, a client doubling its requests in flight every round trip met a
+    bucket of 200 tokens with ~128 in flight when it emptied (the whole night's 200/200 cell: 1.23 %
+    refused). From INITIAL_RATE the pace doubles every window, in time, from the night's first
+    request (Prefect's start-up and the discovery before it do not count), and never past twice
+    what is answered; with no 429, nothing was measured: the next night starts slow again."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    t.now += 60.0  # the start-up: the slow start has not begun
+    run(limiter.wait_turn())
+    answered(limiter, t, K.INITIAL_RATE, 0.05)  # too few answers to measure what is sent
+    assert limiter.rate == pytest.approx(K.INITIAL_RATE * 2**0.05, rel=0.01)
+    answered(limiter, t, K.INITIAL_RATE, K.ACCEPT_WINDOW - 0.05)
+    assert limiter.rate == pytest.approx(2 * K.INITIAL_RATE, rel=0.02)
+    answered(limiter, t, 2 * K.INITIAL_RATE, K.ACCEPT_WINDOW)
+    assert limiter.rate == pytest.approx(4 * K.INITIAL_RATE, rel=0.05)
+    answered(limiter, t, 150.0, K.ACCEPT_WINDOW)  # fewer answered than the pace: twice that at most
+    assert limiter.rate == pytest.approx(300.0, rel=0.02)
+    assert limiter.found is None
+    answered(limiter, t, 150.0, 0.1)
+    assert limiter.on_rate_limited(started=t.now, retry_after=1.0)  # the limit measured
+    assert limiter.found == pytest.approx(150.0, rel=0.02)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0])
@@ -221,9 +246,12 @@ def test_case_a_night_that_ends_slow_starting_remembers_what_the_server_accepted
 @pytest.mark.parametrize("retry_after", [0.0, None])
 def test_retry_after_zero_or_a_past_date_never_spins(retry_after: float | None) -> None:
     t = FakeTime()
-    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)  # paced: two intervals
     limiter.on_rate_limited(started=t.now, retry_after=retry_after)
-    assert limiter.paused_until == pytest.approx(t.now + K.MIN_PAUSE)
+    assert limiter.paused_until == pytest.approx(t.now + 2.0 / K.INITIAL_RATE)
+    unpaced = RateLimiter(adaptive=False, clock=t.clock, sleep=t.sleep)
+    unpaced.on_rate_limited(started=t.now, retry_after=retry_after)
+    assert unpaced.paused_until == pytest.approx(t.now + K.MIN_PAUSE)
 
 
 def test_a_short_retry_after_pauses_everyone_two_intervals_a_long_one_all_of_it() -> None:
