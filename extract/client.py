@@ -49,6 +49,7 @@ import orjson
 import yarl
 from membersync.extract import catalogue, constants, redact
 from membersync.extract.catalogue import Endpoint
+from membersync.extract.concurrency import AdaptiveConcurrency
 from membersync.extract.deadlines import Deadlines, Watch
 from membersync.extract.errors import (
     ProtocolError,
@@ -57,7 +58,7 @@ from membersync.extract.errors import (
     status_error,
     transport_error,
 )
-from membersync.extract.limits import AdaptiveConcurrency, RateLimiter, parse_rate_headers
+from membersync.extract.limits import RateLimiter, parse_rate_headers
 from membersync.extract.paging import PageNumberPaging, page_numbers
 from membersync.extract.profile import Profile
 from membersync.extract.records import (

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 from membersync.extract import catalogue
+from membersync.extract.concurrency import work_started
 from membersync.extract.errors import ServiceError
-from membersync.extract.limits import work_started
 from membersync.models import tables as T
 from membersync.models.coerce import BatchBuilder, Landed, QuarantineRow, TimezoneLookup, quarantine_table
 
