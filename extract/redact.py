@@ -55,13 +55,16 @@ _PREFIXES = ("httpx", "httpcore", "hpack", "aiohttp", "membersync")
 # the catalogue's secret fields, and the Authorization header.
 SECRET_FIELD_NAMES: tuple[str, ...] = (*sorted(catalogue.SECRET_FIELDS), "authorization")
 
+# Each pattern's group ``secret`` is what is masked.
 _PATTERNS = (
     # Authorization header in any rendering: "Authorization: Basic x", (b'authorization', b'Basic x')
-    re.compile(r"(?i)(authorization['\"]?\s*[:=,]\s*b?['\"]?)[^'\"\s,)}\]]+(\s+[^'\"\s,)}\]]+)?"),
-    re.compile(r"(?i)\b(basic|bearer)\s+[A-Za-z0-9+/=._~-]{4,}"),
-    re.compile(r"(//)[^/@\s:]+:[^/@\s]*@"),  # credentials in a URL
+    re.compile(r"(?i)authorization['\"]?\s*[:=,]\s*b?['\"]?(?P<secret>[^'\"\s,)}\]]+(\s+[^'\"\s,)}\]]+)?)"),
+    re.compile(r"(?i)\b(basic|bearer)\s+(?P<secret>[A-Za-z0-9+/=._~-]{4,})"),
+    re.compile(r"//(?P<secret>[^/@\s:]+:[^/@\s]*)@"),  # credentials in a URL
     re.compile(
-        r"(?i)([\"']?\b(?:" + "|".join(SECRET_FIELD_NAMES) + r")\b[\"']?\s*[:=]\s*b?[\"']?)[^\"'&,\s}\]]+"
+        r"(?i)[\"']?\b(?:"
+        + "|".join(SECRET_FIELD_NAMES)
+        + r")\b[\"']?\s*[:=]\s*b?[\"']?(?P<secret>[^\"'&,\s}\]]+)"
     ),
 )
 
@@ -92,16 +95,30 @@ def register_credentials(username: str, password: str) -> None:
 
 
 def scrub(text: str, extra: tuple[str, ...] = ()) -> str:
-    """``text`` with registered secrets, ``extra`` values and credential patterns masked."""
+    """``text`` with registered secrets, ``extra`` values and credential patterns masked. Every
+    span is found in the text as given, then all are masked at once: a password that is also a
+    field's name (``password``) masks the name and still lets the pattern find its value."""
     if not text:
         return text
+    spans = []
     for secret in (*_secrets, *extra):
-        if secret and len(secret) >= 4 and secret in text:
-            text = text.replace(secret, MASK)
-    text = _PATTERNS[0].sub(lambda m: m.group(1) + MASK, text)
-    text = _PATTERNS[1].sub(lambda m: m.group(1) + " " + MASK, text)
-    text = _PATTERNS[2].sub(lambda m: m.group(1) + MASK + "@", text)
-    return _PATTERNS[3].sub(lambda m: m.group(1) + MASK, text)
+        if secret and len(secret) >= 4:
+            start = text.find(secret)
+            while start != -1:
+                spans.append((start, start + len(secret)))
+                start = text.find(secret, start + 1)
+    spans += [m.span("secret") for pattern in _PATTERNS for m in pattern.finditer(text)]
+    return _masked(text, spans)
+
+
+def _masked(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each run of overlapping or touching spans replaced by one MASK."""
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if start > at or not out:
+            out += [text[at:start], MASK]
+        at = max(at, end)
+    return "".join(out) + text[at:]
 
 
 class RedactingFilter(logging.Filter):
