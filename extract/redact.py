@@ -100,7 +100,7 @@ def scrub(text: str, extra: tuple[str, ...] = ()) -> str:
     field's name (``password``) masks the name and still lets the pattern find its value."""
     if not text:
         return text
-    spans = []
+    spans: list[tuple[int, int]] = []
     for secret in (*_secrets, *extra):
         if secret and len(secret) >= 4:
             start = text.find(secret)
@@ -113,7 +113,8 @@ def scrub(text: str, extra: tuple[str, ...] = ()) -> str:
 
 def _masked(text: str, spans: list[tuple[int, int]]) -> str:
     """``text`` with each run of overlapping or touching spans replaced by one MASK."""
-    out, at = [], 0
+    out: list[str] = []
+    at = 0
     for start, end in sorted(spans):
         if start > at or not out:
             out += [text[at:start], MASK]
