@@ -168,12 +168,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an expired package's liability counted as redeemed too",
     ),
     Mutation(
-        "package_roll_forward_no_baseline",
-        "sql/reports/package_liability_roll_forward.sql",
+        "roll_forward_no_baseline",
+        "sql/macros/night_pairs.sql",
         "coalesce(ordered.previous_night, ordered.snapshot_date) as previous_night",
         "coalesce(ordered.previous_night, ordered.snapshot_date - 1) as previous_night",
         (TRUTH,),
-        "the first night's packages all counted as sold",
+        "the first night's packages all counted as sold (every roll-forward's baseline)",
     ),
     Mutation(
         "chart_gift_certificates_sold",
