@@ -1162,11 +1162,8 @@ def test_case_a_late_void_of_a_gift_certificate_sale(run: Run) -> None:
     assert any(r["redeemed"] > 0 for r in first.truth["gift_certificate_liability_by_store"])
 
 
-def test_case_the_morning_report_plots_what_is_owed_to_clients(
-    run: Run, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The morning report's charts of package liability and gift certificates outstanding plot,
-    for every night and store, the report's rows: the last night's equal to the truth."""
+def drawn_charts(run: Run, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]]]:
+    """The last night's morning-report charts as drawn: each chart's value field -> its points."""
     from membersync.warehouse import export, morning
 
     specs: dict[str, list[dict[str, Any]]] = {}
@@ -1177,9 +1174,21 @@ def test_case_the_morning_report_plots_what_is_owed_to_clients(
         return "<svg></svg>"
 
     monkeypatch.setattr(morning, "_render", capture)
-    last = run.nights[-1]
-    with export.open_at_night(run.data_dir, last.date) as (con, night):
+    with export.open_at_night(run.data_dir, run.nights[-1].date) as (con, night):
         morning.read_charts(con, night)
+    return specs
+
+
+def test_case_the_morning_report_plots_what_is_owed_to_clients(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The morning report's charts of package liability and gift certificates outstanding plot,
+    for every night and store, the report's rows: the last night's equal to the truth."""
+    from membersync.warehouse import export
+
+    specs = drawn_charts(run, monkeypatch)
+    last = run.nights[-1]
+    with export.open_at_night(run.data_dir, last.date) as (con, _):
         for report, value in (
             ("package_liability_by_store", "liability"),
             ("gift_certificate_liability_by_store", "outstanding"),
@@ -1243,19 +1252,8 @@ def test_case_member_cohorts_from_the_membership_dates_and_the_nights_held(run: 
 def test_case_the_morning_report_plots_the_recent_cohorts(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     """The morning report's cohort chart plots, for each cohort joined in the last six months, the
     chain's still members over its size, month by month: the truth's figures, summed over stores."""
-    from membersync.warehouse import export, morning
-
-    specs: dict[str, list[dict[str, Any]]] = {}
-
-    def capture(chart: Any) -> str:
-        spec = chart.to_dict(validate=False)
-        specs[spec["encoding"]["y"]["field"]] = spec["data"]["values"]
-        return "<svg></svg>"
-
-    monkeypatch.setattr(morning, "_render", capture)
+    specs = drawn_charts(run, monkeypatch)
     last = run.nights[-1].date
-    with export.open_at_night(run.data_dir, last) as (con, night):
-        morning.read_charts(con, night)
     plotted = {(p["cohort"], p["months"]): p["retention"] for p in specs["retention"]}
     sums: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     months = last.year * 12 + last.month - 1 - 5  # the sixth month back, counting the night's
@@ -1274,19 +1272,7 @@ def test_case_the_morning_report_plots_dues_and_package_moves_by_month(
 ) -> None:
     """The month charts plot, for each month held up to the night's, the chain's dues expected and
     billed and its package liability sold, redeemed and expired: the truth's, summed over stores."""
-    from membersync.warehouse import export, morning
-
-    specs: dict[str, list[dict[str, Any]]] = {}
-
-    def capture(chart: Any) -> str:
-        spec = chart.to_dict(validate=False)
-        specs[spec["encoding"]["y"]["field"]] = spec["data"]["values"]
-        return "<svg></svg>"
-
-    monkeypatch.setattr(morning, "_render", capture)
-    last = run.nights[-1].date
-    with export.open_at_night(run.data_dir, last) as (con, night):
-        morning.read_charts(con, night)
+    specs = drawn_charts(run, monkeypatch)
     dues = run.sandbox.call(lambda s: truth.dues_billing(s, run.store_months, run.dues_expected))
     daily = [r for night in run.nights for r in night.truth["package_liability_roll_forward"]]
     moves = truth.monthly_roll_forward(

@@ -521,8 +521,8 @@ class Truth:
 
     # --- store_scorecard --------------------------------------------------------------------
 
-    def revenue(self) -> dict[tuple[str, dt.date], Decimal]:
-        """(storecode, business date) -> revenue, each receipt in its newest landed version."""
+    def saved_sales(self) -> list[tuple[dict[str, Any], Decimal]]:
+        """Every saved sale in its newest landed version, with the sum of its lines."""
         newest: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         for night in self.nights:
             rows = self.landed[night]
@@ -531,10 +531,17 @@ class Truth:
                     x for x in rows.get("transaction_lines", []) if x["receipt_number"] == t["receipt_number"]
                 ]
                 newest[t["receipt_number"]] = (t, lines)
+        return [
+            (t, sum((x["amount"] for x in lines), D(0)))
+            for t, lines in newest.values()
+            if t["status"].lower() != "voided"
+        ]
+
+    def revenue(self) -> dict[tuple[str, dt.date], Decimal]:
+        """(storecode, business date) -> revenue, each receipt in its newest landed version."""
         out: dict[tuple[str, dt.date], Decimal] = defaultdict(lambda: D("0.00"))
-        for t, lines in newest.values():
-            if t["status"].lower() != "voided":
-                out[(t["storecode"], t["transaction_date"].date())] += sum((x["amount"] for x in lines), D(0))
+        for t, amount in self.saved_sales():
+            out[(t["storecode"], t["transaction_date"].date())] += amount
         return out
 
     def scorecard(self) -> dict[tuple[dt.date, str], dict[str, Any]]:
@@ -625,20 +632,9 @@ class Truth:
 
     def _spent_by_client_day(self) -> dict[tuple[str, dt.date], Decimal]:
         """(client, business date) -> the lines of their saved sales (each in its newest version)."""
-        newest: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
-        for night in self.nights:
-            rows = self.landed[night]
-            for t in rows.get("transactions", []):
-                lines = [
-                    x for x in rows.get("transaction_lines", []) if x["receipt_number"] == t["receipt_number"]
-                ]
-                newest[t["receipt_number"]] = (t, lines)
         out: dict[tuple[str, dt.date], Decimal] = defaultdict(lambda: D("0.00"))
-        for t, lines in newest.values():
-            if t["status"].lower() != "voided":
-                out[(t["client_number"], t["transaction_date"].date())] += sum(
-                    (x["amount"] for x in lines), D(0)
-                )
+        for t, amount in self.saved_sales():
+            out[(t["client_number"], t["transaction_date"].date())] += amount
         return out
 
 

@@ -576,12 +576,13 @@ def cohort_retention(service: Service, members_on: Mapping[dt.date, set[str]]) -
     for number, ms in first.items():
         cohorts[(ms.start_date.replace(day=1), ms.storecode)].append(number)
     spent = _spending_by_month(service, newest)
+    dated: dict[dt.date, set[str]] = {}  # day -> members by the dates
     rows = []
     for (cohort_month, code), clients in sorted(cohorts.items()):
         revenue = sum((v for (c, mo), v in spent.items() if c in clients and mo < cohort_month), ZERO)
         for k, month in enumerate(_months_between(cohort_month, newest.replace(day=1))):
             as_of = min(_month_end(month), newest)
-            still = _still_members(service, clients, as_of, members_on)
+            still = _still_members(service, clients, as_of, members_on, dated)
             revenue += sum((spent.get((c, month), ZERO) for c in clients), ZERO)
             rows.append(
                 {
@@ -618,13 +619,15 @@ def _still_members(
     clients: list[str],
     as_of: dt.date,
     members_on: Mapping[dt.date, set[str]],
+    dated: dict[dt.date, set[str]],
 ) -> int:
     held = [night for night in members_on if night <= as_of]
     if held:
         members = members_on[max(held)]
         return sum(1 for c in clients if c in members)
-    dated = {ms.client_number for ms in service.memberships.values() if _in_effect(ms, as_of)}
-    return sum(1 for c in clients if c in dated)
+    if as_of not in dated:  # every cohort of the month asks: found once
+        dated[as_of] = {ms.client_number for ms in service.memberships.values() if _in_effect(ms, as_of)}
+    return sum(1 for c in clients if c in dated[as_of])
 
 
 def points_liability(service: Service, night: dt.date) -> list[Row]:
