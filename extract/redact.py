@@ -12,7 +12,10 @@ when it holds:
 - a ``name=value`` / ``"name": "value"`` pair whose name is a secret field of the contract
   (password, apiKey, tokenId, vaultToken, accountNo, routingNo, ...).
 
-:func:`scrub` is the same rewrite for any text (our error messages use it).
+:func:`scrub` is the same rewrite for any text (our error messages use it). A night also
+registers its mask of people's identity (:func:`register_identity_mask`): a vendor's error text
+may name a client, and what is scrubbed (logs, errors, notifications, what Prefect records of a
+failed task) then never holds it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import base64
 import logging
 import re
 import threading
+from collections.abc import Callable
 from urllib.parse import quote, quote_plus
 
 from membersync.extract import catalogue
@@ -69,8 +73,16 @@ _PATTERNS = (
 )
 
 _secrets: set[str] = set()
+_identity_mask: list[Callable[[str], str]] = []  # the running night's (at most one)
 _lock = threading.Lock()
 _installed = False
+
+
+def register_identity_mask(mask: Callable[[str], str] | None) -> None:
+    """Apply ``mask`` (text -> text without people's identity) to everything :func:`scrub`
+    rewrites, from now on; ``None`` removes it. One at a time: the night that runs."""
+    with _lock:
+        _identity_mask[:] = [mask] if mask is not None else []
 
 
 def register_secret(value: str | None) -> None:
@@ -108,7 +120,10 @@ def scrub(text: str, extra: tuple[str, ...] = ()) -> str:
                 spans.append((start, start + len(secret)))
                 start = text.find(secret, start + 1)
     spans += [m.span("secret") for pattern in _PATTERNS for m in pattern.finditer(text)]
-    return _masked(text, spans)
+    masked = _masked(text, spans)
+    for mask in _identity_mask:
+        masked = mask(masked)
+    return masked
 
 
 def _masked(text: str, spans: list[tuple[int, int]]) -> str:

@@ -39,6 +39,7 @@ from membersync.extract.settings import Settings
 from membersync.flows import batches as B
 from membersync.models import tables as T
 from membersync.models.coerce import TimezoneLookup
+from membersync.models.mask import IdentityMask
 from membersync.warehouse.atomic import write_json_atomic
 from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
@@ -127,6 +128,7 @@ class Holdings:
     manifests: dict[dt.date, Manifest]
     numbers: dict[str, str] = field(default_factory=dict)  # key -> number (none once forgotten)
     digests: dict[str, str | None] = field(default_factory=dict)  # key -> newest identity digest
+    mask: IdentityMask = field(default_factory=IdentityMask)  # as a night masks untrusted text
 
     @property
     def known(self) -> list[str]:
@@ -141,11 +143,14 @@ class Holdings:
         return self.nights[client][-1]
 
 
-def read_holdings(data_dir: DataDir) -> Holdings:
+def read_holdings(zone: Any) -> Holdings:
     """Every client any committed night synced, with those nights (``synced_clients`` of each
-    manifest: only committed files are read, never a night being written)."""
-    from membersync.warehouse.identity import read_links
+    manifest: only committed files are read, never a night being written), and the mask a
+    night would land their text with."""
+    from membersync.warehouse.identity import erasure_key, identity_mask, read_links, read_register
     from membersync.warehouse.storage import store_for
+
+    data_dir = zone.data_dir
 
     # refresh_mirror: the committed nights (and, for an s3:// location, a local copy of their files)
     manifests = {m.snapshot_date: m for m in refresh_mirror(data_dir)}
@@ -165,7 +170,9 @@ def read_holdings(data_dir: DataDir) -> Holdings:
     ):
         numbers[key] = number
         digests[key] = digest if digest is not None else digests.get(key)
-    return Holdings(nights, manifests, numbers, digests)
+    register_key = erasure_key(zone, create=False) if read_register(zone.store).erasures else None
+    mask = identity_mask(zone, manifests.values(), register_key, numbers.values())
+    return Holdings(nights, manifests, numbers, digests, mask)
 
 
 def _read_files(
@@ -230,8 +237,9 @@ class _HeldKeys:
     """A key book over the links held: the live answers land as the night would land them
     (every identity digest computed, nothing assigned: a number not linked yet shows as such)."""
 
-    def __init__(self, keys: Mapping[str, str]) -> None:
+    def __init__(self, keys: Mapping[str, str], mask: IdentityMask) -> None:
         self.keys = keys
+        self.mask = mask
 
     def assign(self, numbers: Iterable[str]) -> dict[str, str]:
         return {n: self.keys.get(n, f"unlinked {n}") for n in numbers}
@@ -263,7 +271,7 @@ async def fetch_live(
     night would land it (keys for numbers, identity as its digest)."""
     from membersync.models.privacy import land_batch
 
-    book = _HeldKeys(holdings.keys)
+    book = _HeldKeys(holdings.keys, holdings.mask)
     numbers = [holdings.numbers[k] for k in sample]
     state: State = {name: {} for name in COMPARED}
     records: dict[str, B.ClientRef] = {}

@@ -77,7 +77,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
             from membersync.warehouse.upkeep import upkeep
 
             upkeep(zone)
-            holdings = A.read_holdings(data_dir)
+            holdings = A.read_holdings(zone)
             if not holdings.known:
                 return _fail(f"nothing to audit: no committed night in {data_dir.root}", 2)
             sample = choose(holdings.known, wanted, options.audit, seed or label)

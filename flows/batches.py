@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -241,6 +241,7 @@ class ClientRef(NamedTuple):
 
 
 DISCOVERY_FIELDS = frozenset(ClientRef("", None, None).wire())  # what a night keeps of a summary
+SUMMARY_IDENTITY = catalogue.PERSONAL_FIELDS["clientSummary"]  # what a hit says of the person
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,9 @@ class Discovery:
 
     clients: list[ClientRef]
     watermark: str | None
+    # the identity values the search hits carried (names, email, phone): masked in free text
+    # from the night's first batch on, whichever batch lands the client they belong to
+    identity: list[str] = field(default_factory=list)
 
     @property
     def client_numbers(self) -> list[str]:
@@ -323,6 +327,7 @@ async def discover(
     """
 
     stores: dict[Any, Any] = {}  # one string object per store code, shared by its clients
+    identity: set[str] = set()
 
     async def one_store(storecode: str) -> list[ClientRef]:
         criteria: dict[str, Any] = {"storecode": storecode}
@@ -331,11 +336,14 @@ async def discover(
         items: list[ClientRef] = []
         async for page in client.search(**criteria):
             # Keep only what the night needs, page by page: memory stays small at 100,000 clients.
-            items.extend(ClientRef.of(item, stores) for item in page.items if isinstance(item, dict))
+            hits = [item for item in page.items if isinstance(item, dict)]
+            items.extend(ClientRef.of(item, stores) for item in hits)
+            identity.update(v for item in hits for k in SUMMARY_IDENTITY if isinstance(v := item.get(k), str))
         return items
 
     per_store = await asyncio.gather(*(one_store(s) for s in storecodes))
-    return summarize_discovery((item for items in per_store for item in items), previous_watermark)
+    found = summarize_discovery((item for items in per_store for item in items), previous_watermark)
+    return replace(found, identity=sorted(identity))
 
 
 # --- batches ------------------------------------------------------------------------------------------

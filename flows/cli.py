@@ -173,6 +173,10 @@ def forget(
     wait: Annotated[
         bool, typer.Option("--wait", help="wait for a running night instead of exiting 1")
     ] = False,
+    exact: Annotated[
+        bool,
+        typer.Option("--exact", help="forget numbers no night landed, as given (suppressed from now on)"),
+    ] = False,
 ) -> None:
     """Forget clients everywhere: their identity leaves every night, report, log and the bucket.
 
@@ -181,7 +185,9 @@ def forget(
     """
     from membersync.flows.privacy_cli import run_forget_cli
 
-    raise typer.Exit(guarded(lambda: run_forget_cli(client_numbers or [], from_file, reason, dry_run, wait)))
+    raise typer.Exit(
+        guarded(lambda: run_forget_cli(client_numbers or [], from_file, reason, dry_run, wait, exact))
+    )
 
 
 @app.command()
@@ -247,8 +253,9 @@ def docs() -> None:
 @app.command(context_settings={"ignore_unknown_options": True})
 def sql(
     query: Annotated[
-        str, typer.Argument(help="SQL to run on the warehouse (read-only); - reads it from stdin")
-    ],
+        str | None,
+        typer.Argument(help="SQL to run on the warehouse (read-only); - reads it from stdin"),
+    ] = None,
     csv: Annotated[bool, typer.Option("--csv", help="print CSV instead of a table")] = False,
     identified: Annotated[
         bool,
@@ -256,13 +263,25 @@ def sql(
             "--identified", help="the identified tier (client numbers, names): for roles that need it"
         ),
     ] = False,
+    reader_setup: Annotated[
+        bool,
+        typer.Option(
+            "--reader-setup",
+            help="print the SQL a BI tool's DuckDB connection must run first to read as this tier",
+        ),
+    ] = False,
 ) -> None:
     """Run ad-hoc SQL on the warehouse (the analyst tier: no personal data; see --identified)."""
-    from membersync.warehouse.cli import run_sql_cli
+    from membersync.warehouse.cli import run_reader_setup_cli, run_sql_cli
 
+    if reader_setup:
+        raise typer.Exit(guarded(lambda: run_reader_setup_cli(identified=identified)))
+    if query is None:
+        raise typer.Exit(guarded(lambda: run_sql_cli("", as_csv=csv, identified=identified)))
     if query == "-":
         query = sys.stdin.read()
-    raise typer.Exit(guarded(lambda: run_sql_cli(query, as_csv=csv, identified=identified)))
+    text = query
+    raise typer.Exit(guarded(lambda: run_sql_cli(text, as_csv=csv, identified=identified)))
 
 
 @app.command()

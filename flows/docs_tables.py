@@ -1,9 +1,11 @@
-"""The documentation's two generated tables, from the one place each fact is declared:
+"""The documentation's generated tables, from the one place each fact is declared:
 
 - ``docs/configuration.md``: every ``MEMBERSYNC_*`` variable, its default and meaning, from
   :class:`membersync.extract.settings.Settings` (each field's ``description``);
 - ``docs/reports.md``: every report and identified-tier model, its grain, key and columns, from
-  the dbt project's YAML (``sql/reports/*.yml``, ``sql/identity/*.yml``).
+  the dbt project's YAML (``sql/reports/*.yml``, ``sql/identity/*.yml``);
+- ``docs/personal-data.md``: every place under the data dir and its tier (the grant list), from
+  :data:`membersync.warehouse.paths.PLACES`.
 
     python -m membersync.flows.docs_tables          # write them
     python -m membersync.flows.docs_tables --check  # exit 1 when a file is not what it would write
@@ -24,6 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 CONFIGURATION = REPO / "docs" / "configuration.md"
 REPORTS = REPO / "docs" / "reports.md"
+PERSONAL_DATA = REPO / "docs" / "personal-data.md"
 COMMAND = "python -m membersync.flows.docs_tables"
 
 
@@ -35,6 +38,15 @@ def configuration_table() -> str:
     for name, field in Settings.model_fields.items():
         default = "-" if name in SECRET_SETTINGS else _shown(field.default)
         rows.append(f"| `{env_name(name)}` | {default} | {field.description or ''} |")
+    return "\n".join(rows)
+
+
+def places_table() -> str:
+    """One row per place under the data dir: its tier and what it holds."""
+    from membersync.warehouse.paths import PLACES
+
+    rows = ["| under the data dir | tier | what |", "|---|---|---|"]
+    rows += [f"| `{p.path}` | {p.tier} | {p.holds} |" for p in PLACES]
     return "\n".join(rows)
 
 
@@ -105,6 +117,7 @@ def generated() -> dict[Path, str]:
             CONFIGURATION.read_text(encoding="utf-8"), "configuration", configuration_table()
         ),
         REPORTS: with_generated(REPORTS.read_text(encoding="utf-8"), "reports", reports_catalogue()),
+        PERSONAL_DATA: with_generated(PERSONAL_DATA.read_text(encoding="utf-8"), "places", places_table()),
     }
 
 

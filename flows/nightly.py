@@ -438,6 +438,7 @@ class NightRun:
                     discovery = with_queued(discovery, A.queued_discovery(queue, numbers))
             batch_size = self.options.batch_size
             records = (c.wire() for c in discovery.clients)
+            await asyncio.to_thread(self.night.remember_identity, discovery.identity)
             await asyncio.to_thread(self.night.save_discovery, records, batch_size)
         self._discovery = discovery
         await asyncio.to_thread(self.night.expect_clients, discovery.client_numbers)
@@ -519,7 +520,7 @@ class NightRun:
         self.progress.phase("self-audit")
         assert self._discovery is not None
         options = self.options.audit
-        holdings = await asyncio.to_thread(A.read_holdings, self.data_dir)
+        holdings = await asyncio.to_thread(A.read_holdings, self.zone)
         keys = holdings.keys
         tonight = {keys.get(n) for n in self._discovery.client_numbers}
         candidates = [k for k in holdings.known if k not in tonight]

@@ -46,9 +46,11 @@ def client_numbers(numbers: list[str], from_file: Path | None) -> list[str]:
     return list(dict.fromkeys(given))
 
 
-def run_forget_cli(numbers: list[str], from_file: Path | None, reason: str, dry_run: bool, wait: bool) -> int:
+def run_forget_cli(
+    numbers: list[str], from_file: Path | None, reason: str, dry_run: bool, wait: bool, exact: bool = False
+) -> int:
     from membersync.warehouse import forget as F
-    from membersync.warehouse.identity import ErasureKeyError
+    from membersync.warehouse.identity import ErasureKeyError, erasure_key
     from membersync.warehouse.landing import AlreadyRunning, LandingZone
     from membersync.warehouse.storage import StoreError, refresh_mirror
     from membersync.warehouse.upkeep import upkeep
@@ -66,17 +68,18 @@ def run_forget_cli(numbers: list[str], from_file: Path | None, reason: str, dry_
         with zone.lock(wait=wait):
             refresh_mirror(data_dir)
             upkeep(zone)
-            key = F.register_key(zone, create=not dry_run) if not dry_run else _dry_key(zone)
+            key = erasure_key(zone, create=True) if not dry_run else _dry_key(zone)
             targets = F.resolve(zone, wanted, key)
             done = F.already_forgotten(zone, targets)
             targets = [t for t in targets if t.hmac not in done]
+            F.refuse_unheld(targets, exact)
             if dry_run:
                 show_plan(targets, F.plan(zone, [t.key for t in targets], _values(zone, targets)), len(done))
                 return 0
             if not targets:
                 out.print(f"{len(done)} client(s) already forgotten: nothing to do", soft_wrap=True)
                 return 0
-            erasure = F.start(zone, targets, reason)
+            erasure = F.start(zone, targets, reason, key)
             outcome = F.finish(zone, erasure.id)
     except AlreadyRunning as exc:
         err.print(
@@ -84,7 +87,7 @@ def run_forget_cli(numbers: list[str], from_file: Path | None, reason: str, dry_
             soft_wrap=True,
         )
         return 1
-    except ErasureKeyError as exc:
+    except (ErasureKeyError, F.ForgetError) as exc:
         raise UsageError(str(exc)) from None
     except (StoreError, OSError) as exc:
         err.print(f"[bold red]error:[/] forget failed: {exc}; run it again to finish", soft_wrap=True)
@@ -94,17 +97,16 @@ def run_forget_cli(numbers: list[str], from_file: Path | None, reason: str, dry_
 
 
 def _dry_key(zone: Any) -> bytes:
-    """A dry run's key: the register's if there is one (it recognises clients forgotten before),
-    else a throwaway one (nothing is written)."""
+    """A dry run's key: the register's (it recognises clients forgotten before; missing or
+    wrong, the dry run fails as the real one would), else, before any erasure, a throwaway one."""
     import secrets
 
-    from membersync.warehouse import forget as F
-    from membersync.warehouse.identity import ErasureKeyError
+    from membersync.warehouse.identity import erasure_key, read_register
 
-    try:
-        return F.register_key(zone, create=False)
-    except ErasureKeyError:
-        return secrets.token_bytes(32)
+    register = read_register(zone.store)
+    if register.erasures or register.key_check is not None:
+        return erasure_key(zone, create=False)
+    return secrets.token_bytes(32)
 
 
 def _values(zone: Any, targets: list[Target]) -> list[str]:
@@ -146,6 +148,8 @@ def show_outcome(outcome: Outcome, already: int = 0) -> None:
         rows.append((f"files rewritten: {name}", f"{count:,}"))
     rows.append(("nights touched", ", ".join(outcome.nights) or "-"))
     rows.append(("reports written again (nights)", ", ".join(outcome.reports) or "-"))
+    if outcome.reports_removed:
+        rows.append(("reports removed, not in the warehouse (nights)", ", ".join(outcome.reports_removed)))
     rows.append(("logs and state files scrubbed", f"{outcome.logs:,}"))
     rows.append(("interrupted nights discarded", f"{outcome.staging:,}"))
     print_table(["what", "count"], rows, title=f"forgotten: erasure {outcome.erasure}", out=out)
@@ -156,7 +160,7 @@ def run_retention_cli(dry_run: bool, wait: bool) -> int:
     from membersync.warehouse.build import BuildError, build_warehouse
     from membersync.warehouse.identity import ErasureKeyError
     from membersync.warehouse.landing import AlreadyRunning, LandingZone
-    from membersync.warehouse.retention import apply_retention
+    from membersync.warehouse.retention import RetentionRefused, apply_retention, check_clock
     from membersync.warehouse.storage import StoreError, refresh_mirror
     from membersync.warehouse.upkeep import upkeep
 
@@ -175,6 +179,7 @@ def run_retention_cli(dry_run: bool, wait: bool) -> int:
             refresh_mirror(data_dir)
             if not dry_run:
                 upkeep(zone)
+            check_clock(zone.manifests())  # before the build: a night dated wrongly changes nothing
             if zone.manifests():
                 build_warehouse(data_dir)  # the identity horizon reads marts.client_activity
             outcome = apply_retention(zone, policy, dry_run=dry_run)
@@ -183,6 +188,9 @@ def run_retention_cli(dry_run: bool, wait: bool) -> int:
         return 1
     except ErasureKeyError as exc:
         raise UsageError(str(exc)) from None
+    except RetentionRefused as exc:
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        return 1
     except (StoreError, BuildError, OSError) as exc:
         err.print(f"[bold red]error:[/] retention failed: {exc}; run it again to finish", soft_wrap=True)
         return 1

@@ -102,13 +102,19 @@ class _SyncSetup:
 
 def _refusal(setup: _SyncSetup, night: dt.date, force: bool) -> str | None:
     """Why this night must not run at this data location (one line), or None."""
+    from membersync.warehouse.identity import ErasureKeyError, erasure_key, read_register
     from membersync.warehouse.landing import LandingZone
 
-    zone = LandingZone(setup.data_dir)
+    zone = LandingZone(setup.data_dir, erasure_key_file=setup.config.erasure_key_file)
     refusal = check_night(night, zone.state().committed, dt.date.today(), force)
     if refusal is None:  # a location whose manifests name another tenant is not this night's
         owners = ((m.snapshot_date, m.tenant) for m in zone.manifests())
         refusal = foreign_tenant(owners, setup.settings.tenant)
+    if refusal is None and read_register(zone.store).erasures:
+        try:  # a night that cannot recognise the forgotten clients must not start
+            erasure_key(zone, create=False)
+        except ErasureKeyError as exc:
+            refusal = str(exc)
     return refusal
 
 

@@ -50,7 +50,6 @@ UTC = dt.UTC
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_CENTS = 10**18 - 1  # decimal(18, 2): 16 digits before the point, 2 after
 FLOAT_EXACT = 1e13  # money as a JSON number is exact below this (15 significant digits)
-_REASON_VALUE_CHARS = 60
 
 # Secrets are matched loosely when scrubbing extra / raw JSON (a tenant may spell them
 # ``api_key`` or ``Password``): lower case, separators removed.
@@ -112,8 +111,9 @@ class _Bad(Exception):
 
 
 def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _REASON_VALUE_CHARS else text[: _REASON_VALUE_CHARS - 3] + "..."
+    """A bad value as a reason names it: its length, never its text (a value in the wrong field
+    may be anyone's name or number; the quarantined row's raw JSON keeps it, masked)."""
+    return f"({len(repr(value))} characters)"
 
 
 def _wrong(value: object, expected: str) -> _Bad:
@@ -609,8 +609,23 @@ def _extra(plan: _Plan, item: dict[Any, Any]) -> str | None:
     if plan.sources.issuperset(item):
         return None
     drop = plan.personal_extra
-    extra = {k: v for k, v in item.items() if k not in plan.sources and not _is_secret(k) and k not in drop}
+    extra = {
+        k: _without(v, drop)
+        for k, v in item.items()
+        if k not in plan.sources and not _is_secret(k) and k not in drop
+    }
     return to_json(extra) if extra else None
+
+
+def _without(value: Any, names: frozenset[str]) -> Any:
+    """``value`` without the fields of ``names`` at any depth (an emergency contact's phone)."""
+    if not names:
+        return value
+    if isinstance(value, dict):
+        return {k: _without(v, names) for k, v in value.items() if k not in names}
+    if isinstance(value, list | tuple):
+        return [_without(v, names) for v in value]
+    return value
 
 
 def _quarantined(table: str, item: Any, context: Mapping[str, Any], reason: str) -> QuarantineRow:

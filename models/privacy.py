@@ -14,6 +14,8 @@ emails. Before anything is written, :func:`land_batch` turns it into what lands
   never for a forgotten client;
 * a client known only from a reference (a referral, a shared package) gets a link row (key and
   number, no personal field), so their key is the same when they are first synced;
+* untrusted text (a client's rows' text columns, every ``extra``) is masked for every
+  identity value the night knows (:mod:`membersync.models.mask`);
 * quarantined rows carry the key, and their raw JSON and reason lose every personal value.
 
 Everything here is a pure function of the batch and the key book: the landing zone
@@ -33,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from membersync.extract import catalogue
 from membersync.models import tables as T
+from membersync.models.mask import MASKED_FIELDS, IdentityMask
 
 WITHHELD = "[withheld: personal data]"
 _REASON_COLUMN = re.compile(r"^([a-z0-9_]+)(\[\d+\])?: ")
@@ -40,6 +43,8 @@ _REASON_COLUMN = re.compile(r"^([a-z0-9_]+)(\[\d+\])?: ")
 
 class KeyBook(Protocol):
     """What landing asks of the keys (:class:`membersync.warehouse.identity.ClientKeys`)."""
+
+    mask: IdentityMask  # every identity value known: the held clients', the night's, the forgotten's
 
     def assign(self, numbers: Iterable[str]) -> dict[str, str]:
         """number -> surrogate key, for every number given (new ones get a new key)."""
@@ -64,16 +69,38 @@ def land_batch(typed: Mapping[str, pa.Table], keys: KeyBook) -> dict[str, pa.Tab
     """The landed tables of one typed batch (names of ``typed``, plus the identity tables when the
     batch holds any client)."""
     numbers = client_numbers_in(typed)
+    keys.mask.add(identity_values_in(typed))
+    keys.mask.add_numbers(numbers)
     if not numbers:
-        return {name: pseudonymous(table, T.landed(name), {}) for name, table in typed.items()}
+        return {name: pseudonymous(table, T.landed(name), {}, keys.mask) for name, table in typed.items()}
     mapping = keys.assign(sorted(numbers))
-    out = {name: pseudonymous(table, T.landed(name), mapping) for name, table in typed.items()}
+    out = {name: pseudonymous(table, T.landed(name), mapping, keys.mask) for name, table in typed.items()}
     identity, demographics = identity_rows(typed.get("clients"), mapping, keys)
     here = synced_in(typed)
     links = link_rows([n for n in sorted(numbers) if keys.wants_link(n, n in here)], mapping)
     out[T.CLIENT_IDENTITY.name] = pa.concat_tables([identity, links])
     out[T.CLIENT_DEMOGRAPHICS.name] = demographics
     return out
+
+
+def identity_values_in(typed: Mapping[str, pa.Table]) -> list[str]:
+    """The batch's names, emails and phones: every personal column of :data:`MASKED_FIELDS` (a
+    client's own, a package sharer's names)."""
+    values: list[str] = []
+    for name, table in typed.items():
+        for column in T.table(name).personal:
+            if column.name in MASKED_FIELDS and column.name in table.column_names:
+                values.extend(v for v in pc.unique(table[column.name]).to_pylist() if isinstance(v, str))
+    return values
+
+
+def untrusted_text(spec: T.LandedTable) -> frozenset[str]:
+    """The columns of ``spec`` masked before landing: ``extra``, and the text columns of a table
+    whose rows belong to clients (see :mod:`membersync.models.mask`)."""
+    typed = spec.typed
+    belongs_to_clients = typed is not None and typed.scope != "config"
+    text = {c.name for c in spec.columns if c.kind == "text"} if belongs_to_clients else set()
+    return frozenset({*text, "extra"})
 
 
 def client_numbers_in(typed: Mapping[str, pa.Table]) -> set[str]:
@@ -91,24 +118,32 @@ def synced_in(typed: Mapping[str, pa.Table]) -> set[str]:
     return set() if synced is None else {n for n in synced["client_number"].to_pylist() if n is not None}
 
 
-def pseudonymous(table: pa.Table, spec: T.LandedTable, mapping: Mapping[str, str]) -> pa.Table:
+def pseudonymous(
+    table: pa.Table, spec: T.LandedTable, mapping: Mapping[str, str], mask: IdentityMask | None = None
+) -> pa.Table:
     """``table`` as it lands: client-number columns as keys, personal columns dropped, the extra
-    of a record that describes a person dropped (it went to the identity table, or is a copy)."""
+    of a record that describes a person dropped (it went to the identity table, or is a copy),
+    untrusted text masked."""
     typed = spec.typed
     if typed is None:
         raise ValueError(f"{spec.name} is derived by landing, not typed")
     refs = {c.name for c in typed.client_refs}
+    masked = untrusted_text(spec) if mask is not None else frozenset()
     arrays = []
     for column in spec.columns:
         source = column.name
         if column.name not in table.column_names:  # a key column: from its number column
             source = next(r for r in refs if T.key_column(r) == column.name)
             arrays.append(to_keys(table[source], mapping))
+        elif mask is not None and column.name in masked:
+            arrays.append(mask.array(table[source]))
         else:
             arrays.append(table[source])
     extra = table["extra"]
     if typed.describes_a_person:
         extra = pa.nulls(table.num_rows, pa.string())
+    elif mask is not None:
+        extra = mask.array(extra)
     arrays.append(extra)
     return pa.Table.from_arrays(arrays, schema=spec.schema)
 
@@ -186,9 +221,16 @@ def land_quarantine(quarantine: pa.Table, keys: KeyBook) -> pa.Table:
     """Quarantined rows as they land: the client's key, no personal value in the raw JSON or
     the reason (a quarantined client record keeps its other fields, so it can still be read)."""
     numbers = sorted({n for n in quarantine["client_number"].to_pylist() if n is not None})
+    keys.mask.add_numbers(numbers)
     mapping = keys.assign(numbers) if numbers else {}
-    raws = [scrub_raw(t, r, mapping) for t, r in zip(*_columns(quarantine, "table_name", "raw"), strict=True)]
-    reasons = [scrub_reason(t, r) for t, r in zip(*_columns(quarantine, "table_name", "reason"), strict=True)]
+    raws = [
+        keys.mask.text(scrub_raw(t, r, mapping))
+        for t, r in zip(*_columns(quarantine, "table_name", "raw"), strict=True)
+    ]
+    reasons = [
+        keys.mask.text(scrub_reason(t, r))
+        for t, r in zip(*_columns(quarantine, "table_name", "reason"), strict=True)
+    ]
     return pa.Table.from_arrays(
         [
             quarantine["table_name"],
@@ -218,6 +260,8 @@ def scrub_raw(table_name: str, raw: str, mapping: Mapping[str, str]) -> str:
         return json.dumps({"_unreadable": WITHHELD})
     typed = T.BY_NAME.get(table_name)
     keep = typed.sources if typed is not None and typed.describes_a_person else None
+    if keep is not None and not isinstance(value, dict):  # a person's record that is no record
+        return json.dumps({"_not_an_object": f"{type(value).__name__}: {WITHHELD}"})
     return json.dumps(_scrubbed(value, _personal_names(table_name), keep, mapping), sort_keys=True)
 
 

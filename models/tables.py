@@ -586,6 +586,13 @@ CLIENT_DEMOGRAPHICS = LandedTable(
     (CLIENT_KEY, C("birth_year", "int", "@birthYear"), C("postal_prefix", "text", "@postalPrefix")),
     extra=False,
 )
+# Column names that carry a person's identity wherever a model or a query shows them: the
+# identity table's columns (but its key and digest), and the names the identified tier's
+# models give them. A failing check's example rows and the analyst prompt's hints use this.
+PERSONAL_COLUMNS: frozenset[str] = frozenset(
+    {"client_number", "client_name", *(c.name for c in CLIENT_IDENTITY.columns)}
+    - {"client_key", "identity_digest"}
+)
 POSTAL_PREFIX_CHARS = 3  # the analyst tier's postal code: its first characters only
 
 LANDED: tuple[LandedTable, ...] = (*(_landed(t) for t in TABLES), CLIENT_IDENTITY, CLIENT_DEMOGRAPHICS)

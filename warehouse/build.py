@@ -39,7 +39,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from membersync.extract.settings import Settings
-from membersync.models.tables import LANDED
+from membersync.models.tables import LANDED, PERSONAL_COLUMNS
 from membersync.warehouse import catalog as cat
 from membersync.warehouse import dbt_run
 from membersync.warehouse.atomic import alive
@@ -182,6 +182,7 @@ def build_warehouse(
         _remove_stale_temporaries(data_dir)
         plan = _plan(data_dir, manifests, project, full_refresh)
         if not plan.build_nights:
+            _follow_rewritten_nights(data_dir, manifests)
             log.info(
                 "warehouse up to date: %d night(s) up to %s", len(manifests), manifests[-1].snapshot_date
             )
@@ -533,7 +534,11 @@ def _test_failure(
         model = f"landing.{first['table_name']}"
     model = str(first.get("model") or model)
     check = str(first.get("check_name") or dbt_run.describe_test(node, relations))
-    shown = "; ".join(", ".join(f"{k}={v}" for k, v in e.items()) for e in examples)
+    # a failing row of an identified model may name a person: its personal columns are not shown
+    shown = "; ".join(
+        ", ".join(f"{k}={'[withheld]' if k in PERSONAL_COLUMNS else v}" for k, v in e.items())
+        for e in examples
+    )
     return model, check, f"{node.failures} failing row(s), e.g. {shown}"
 
 
@@ -713,6 +718,24 @@ def _edit_catalogs(data_dir: DataDir, edit: Callable[[duckdb.DuckDBPyConnection,
             for leftover in (tmp, Path(f"{tmp}.wal")):
                 leftover.unlink(missing_ok=True)
     return done
+
+
+def _follow_rewritten_nights(data_dir: DataDir, manifests: Sequence[Manifest]) -> None:
+    """A night rewritten in place (an erasure, retention, on this machine or another) keeps its
+    ``committed_at``: nothing to build, but a catalog still naming the files it replaced is
+    pointed at the new ones, and the replaced identity files go. The caller holds the build lock."""
+    files = cat.landed_files(data_dir, manifests)
+    named = {f.absolute for f in files}
+    stale = [
+        tier
+        for tier in TIERS
+        if data_dir.catalog(tier).is_file()
+        and set(cat.published_landed_files(data_dir.catalog(tier))) - named
+    ]
+    if stale:
+        log.info("catalog(s) %s read files no manifest names: pointed at the current ones", stale)
+        _edit_catalogs(data_dir, lambda con, tier: _replace_landing_views(con, files, tier))
+        sweep_personal_files(data_dir)
 
 
 def repoint_catalogs(data_dir: DataDir) -> list[Path]:

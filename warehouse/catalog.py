@@ -39,7 +39,7 @@ import pyarrow as pa
 from membersync.models.tables import LANDED, QUARANTINE_SCHEMA, LandedTable
 from membersync.warehouse.atomic import alive
 from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.paths import QUARANTINE_DIR, DataDir
 
 log = logging.getLogger(__name__)
 
@@ -362,3 +362,62 @@ def register_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -
 
 def facts_table(facts: Mapping[str, str]) -> pa.Table:
     return pa.table({"key": pa.array(list(facts), pa.string()), "value": pa.array(list(facts.values()))})
+
+
+# --------------------------------------------------------------------------------------------
+# Readers: a catalog opened as a person reads it
+# --------------------------------------------------------------------------------------------
+
+# The statements a reader may run: reads. Anything else (COPY, ATTACH, EXPORT, INSTALL, LOAD,
+# SET, PRAGMA, CALL, CREATE ...) is refused before it runs, even where the files allow it.
+READ_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+class ReaderRefused(ValueError):
+    """A reader's statement is not a read (the message names its kind)."""
+
+
+def reader_directories(data_dir: DataDir, tier: str) -> list[str]:
+    """The folders a reader of ``tier``'s catalog may read, and nothing else: the parts (no
+    part holds identity: the build's rules) and the landed tables of that tier with the
+    quarantine. Folders, not files, so a BI tool's start-up SQL stays right after every build."""
+    landing = data_dir.landing.resolve()
+    folders = [parts_dir(data_dir).resolve(), *(landing / t.name for t in tier_tables(tier))]
+    folders.append(landing / QUARANTINE_DIR)
+    return [f"{folder}/" for folder in folders]
+
+
+def reader_settings(data_dir: DataDir, tier: str) -> list[str]:
+    """The statements that make a DuckDB connection a reader of ``tier``: file access limited to
+    :func:`reader_directories`, no extension loaded, the configuration locked (what
+    ``membersync sql`` runs, and what a BI tool's connection runs first)."""
+    folders = ", ".join(_quote(f) for f in reader_directories(data_dir, tier))
+    return [
+        f"SET allowed_directories = [{folders}]",
+        "SET enable_external_access = false",
+        "SET autoload_known_extensions = false",
+        "SET autoinstall_known_extensions = false",
+        "SET lock_configuration = true",
+    ]
+
+
+def open_reader(data_dir: DataDir, tier: str) -> duckdb.DuckDBPyConnection:
+    """The ``tier``'s catalog opened read-only as a reader (see :func:`reader_settings`)."""
+    con = duckdb.connect(str(data_dir.catalog(tier)), read_only=True)
+    try:
+        for statement in ["SET TimeZone = 'UTC'", *reader_settings(data_dir, tier)]:
+            con.execute(statement)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def check_reads_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Raise :class:`ReaderRefused` unless every statement of ``query`` is a read."""
+    for statement in con.extract_statements(query):
+        kind = statement.type.name
+        if kind not in READ_STATEMENTS:
+            raise ReaderRefused(
+                f"{kind} refused: a reader runs read queries only ({', '.join(READ_STATEMENTS)})"
+            )

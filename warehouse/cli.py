@@ -17,8 +17,9 @@ from typing import Any
 
 import duckdb
 from membersync.extract.settings import Settings, UsageError
-from membersync.models.tables import CLIENT_IDENTITY
+from membersync.models.tables import PERSONAL_COLUMNS
 from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
+from membersync.warehouse.catalog import ReaderRefused, check_reads_only, open_reader
 from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.landing import AlreadyRunning, LandingZone
 from membersync.warehouse.manifest import ManifestError
@@ -98,16 +99,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
 
 # What the analyst tier does not have because it is personal: a query naming one of these (a
 # column, the identity schema or the identity's landed table) is told where it is.
-PERSONAL_NAMES = frozenset(
-    {
-        "client_number",
-        "client_name",
-        "identity",
-        "client_identity",
-        *(c.name for c in CLIENT_IDENTITY.columns),
-    }
-    - {"client_key", "identity_digest"}
-)
+PERSONAL_NAMES = PERSONAL_COLUMNS | {"identity", "client_identity"}
 
 
 def _identity_hint(error: str) -> str:
@@ -140,21 +132,25 @@ def run_docs_cli() -> int:
 
 
 def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> int:
-    """Run ``query`` on the warehouse opened read-only (the analyst tier's catalog, or with
-    ``identified`` the identified tier's); print a table (or CSV on stdout)."""
+    """Run ``query`` on the warehouse opened as a reader (the analyst tier's catalog, or with
+    ``identified`` the identified tier's: read-only, reads only, no file but the tier's own);
+    print a table (or CSV on stdout)."""
     _check_not_empty(query)
     data_dir = _data_dir()
-    path = data_dir.catalog("identified" if identified else "analyst")
+    tier = "identified" if identified else "analyst"
+    path = data_dir.catalog(tier)
     if not path.is_file():
         raise _usage_error(f"no warehouse at {path}: run `membersync reports` first")
     try:
-        with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
-            con.execute("SET TimeZone = 'UTC'")
+        with contextlib.closing(open_reader(data_dir, tier)) as con:
+            check_reads_only(con, query)
             cursor = con.execute(query)
             if cursor is None:  # DuckDB answers None when there was no statement at all
                 raise _usage_error(EMPTY_QUERY)
             header = [d[0] for d in cursor.description or []]
             rows = cursor.fetchall() if header else []
+    except ReaderRefused as exc:
+        raise _usage_error(f"SQL refused: {exc}") from None
     except duckdb.Error as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise _usage_error(
@@ -164,6 +160,17 @@ def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> i
         _print_csv(header, rows)
     else:
         print_table(header, rows, footer=f"{len(rows)} row(s)", full_view="--csv prints every column")
+    return 0
+
+
+def run_reader_setup_cli(identified: bool = False) -> int:
+    """Print the statements that make a DuckDB connection a reader of a tier (for a BI tool)."""
+    from membersync.warehouse.catalog import reader_settings
+
+    data_dir = _data_dir()
+    tier = "identified" if identified else "analyst"
+    sys.stdout.write(f"-- open {data_dir.catalog(tier)} read-only, then run:\n")
+    sys.stdout.write("".join(f"{s};\n" for s in reader_settings(data_dir, tier)))
     return 0
 
 

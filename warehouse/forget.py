@@ -41,28 +41,31 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from membersync.models import tables as T
+from membersync.models.mask import MASKED_FIELDS, IdentityMask, hashed_tokens
 from membersync.warehouse.atomic import write_bytes_atomic, write_parquet_atomic
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.identity import (
     Erasure,
     client_hmac,
+    erasure_key,
     identity_files,
-    key_file,
+    key_check,
     new_erasure_id,
-    read_key,
+    read_identity_values,
     read_links,
     read_register,
     write_register,
 )
 from membersync.warehouse.landing import sweep_personal_files
 from membersync.warehouse.manifest import Manifest, TableFiles
+from membersync.warehouse.shards import remove_shard_areas
+from membersync.warehouse.storage import mirror_reports
 
 log = logging.getLogger(__name__)
 
 FORGOTTEN = "[forgotten]"
 # Personal values scrubbed from text (logs, state) and looked for in reports: the ones that
-# identify on their own. Dates, cities, genders are too common in text to replace blindly.
-SCRUBBED_FIELDS = ("client_number", "first_name", "last_name", "email", "phone", "address1")
+# identify on their own (models.mask.IDENTIFYING_FIELDS). Dates, cities, genders are too common.
 _MIN_VALUE = 3  # a shorter value is not looked for (it would match everywhere)
 
 
@@ -81,6 +84,7 @@ class Outcome:
     files: dict[str, int] = field(default_factory=dict)
     nights: list[str] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
+    reports_removed: list[str] = field(default_factory=list)  # nights whose reports could not be rewritten
     logs: int = 0
     staging: int = 0
 
@@ -92,6 +96,7 @@ class Outcome:
             "files": self.files,
             "nights": self.nights,
             "reports": self.reports,
+            "reports_removed": self.reports_removed,
             "logs_scrubbed": self.logs,
             "staging_discarded": self.staging,
             "finished_at": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
@@ -109,20 +114,51 @@ class Target:
     key: str
     hmac: str
     held: bool  # linked in the identity files (False: never synced, or forgotten before)
+    lookalike: str | None = None  # not held, but a held number reads the same (see normalised)
+
+
+def normalised(number: str) -> str:
+    """A client number as a person may type it: blanks, case and leading zeros ignored."""
+    text = "".join(number.split()).casefold()
+    return text.lstrip("0") or text
 
 
 def resolve(zone: Any, numbers: Sequence[str], register_key: bytes) -> list[Target]:
     """Each number's key: its link, else the register's (forgotten before), else a new random key
-    (a client never synced: suppressed from now on)."""
+    (a client never synced: suppressed from now on). A number neither held nor forgotten that
+    reads like a held one (``417`` for ``000417``) names it as its ``lookalike``."""
     links = read_links(zone.store, zone.manifests())
     linked = dict(zip(links["client_number"].to_pylist(), links["client_key"].to_pylist(), strict=True))
+    by_reading: dict[str, str] = {}
+    for held in sorted(linked):
+        by_reading.setdefault(normalised(held), held)
     erased = read_register(zone.store).erased
     out = []
     for number in dict.fromkeys(numbers):
         digest = client_hmac(register_key, number)
         key = linked.get(number) or erased.get(digest) or f"k{secrets.token_hex(8)}"
-        out.append(Target(number, key, digest, number in linked))
+        lookalike = None if number in linked or digest in erased else by_reading.get(normalised(number))
+        out.append(Target(number, key, digest, number in linked, lookalike))
     return out
+
+
+def refuse_unheld(targets: Sequence[Target], exact: bool) -> None:
+    """Fail closed on a number that is not held: one that reads like a held one is refused
+    naming it (``--exact`` does not change that); one never seen is forgotten only with
+    ``exact`` (suppressed from now on, on purpose)."""
+    for target in targets:
+        if target.lookalike is not None:
+            raise ForgetError(
+                f"client number {target.number!r} is not held, but {target.lookalike!r} is: "
+                "give the number exactly as the service spells it"
+            )
+    unseen = [t.number for t in targets if not t.held]
+    if unseen and not exact:
+        raise ForgetError(
+            f"client number {unseen[0]!r} is not held here (no night landed it"
+            f"{f', nor {len(unseen) - 1} other(s)' if len(unseen) > 1 else ''}): check it, or pass "
+            "--exact to forget it as given (suppressed from now on)"
+        )
 
 
 def already_forgotten(zone: Any, targets: Sequence[Target]) -> set[str]:
@@ -171,15 +207,9 @@ def plan(zone: Any, keys: Sequence[str], values: Sequence[str]) -> Plan:
 
 
 def identity_values(zone: Any, keys: Sequence[str]) -> list[str]:
-    """Every value of ``SCRUBBED_FIELDS`` the identity files hold for these keys (all versions)."""
-    wanted = pa.array(sorted(set(keys)), pa.string())
-    values: set[str] = set()
-    for _, _, relative in identity_files(zone.manifests(), [T.CLIENT_IDENTITY.name]):
-        table = zone.store.read_table(relative, T.CLIENT_IDENTITY.schema)
-        mine = table.filter(pc.is_in(table["client_key"], value_set=wanted))
-        for column in SCRUBBED_FIELDS:
-            values.update(v for v in mine[column].to_pylist() if isinstance(v, str))
-    return sorted(v for v in values if len(v.strip()) >= _MIN_VALUE)
+    """Every identifying value the identity files hold for these keys (all versions)."""
+    by_key = read_identity_values(zone.store, zone.manifests(), keys)
+    return sorted(v for held in by_key.values() for v in held if len(v.strip()) >= _MIN_VALUE)
 
 
 def value_pattern(values: Iterable[str]) -> re.Pattern[str] | None:
@@ -250,9 +280,12 @@ def staging_areas(data_dir: Any) -> list[Path]:
 # --- rewriting the identity files ----------------------------------------------------------------
 
 
-def rewrite_files(zone: Any, keys: Sequence[str], erasure_id: str) -> tuple[dict[str, int], dict[str, int]]:
-    """Every committed identity file without the keys' rows; one re-commit per night touched.
-    Returns rows removed and files rewritten, per table."""
+def rewrite_files(
+    zone: Any, keys: Sequence[str], erasure_id: str, mask: IdentityMask | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Every committed identity file without the keys' rows, and the other clients' ``extra``
+    with ``mask`` applied (a household member, an emergency contact naming the forgotten
+    client); one re-commit per night touched. Returns rows removed and files rewritten, per table."""
     wanted = pa.array(sorted(set(keys)), pa.string())
     rows: dict[str, int] = {}
     files: dict[str, int] = {}
@@ -260,11 +293,9 @@ def rewrite_files(zone: Any, keys: Sequence[str], erasure_id: str) -> tuple[dict
         changed = dict(manifest.tables)
         retired: list[str] = []
         for _, table, relative in identity_files([manifest]):
-            schema = T.landed(table).schema
-            data = zone.store.read_table(relative, schema)
-            keep = pc.invert(pc.is_in(data["client_key"], value_set=wanted))
-            kept = data.filter(keep)
-            if kept.num_rows == data.num_rows:
+            data = zone.store.read_table(relative, T.landed(table).schema)
+            kept = _without_keys(data, wanted, mask)
+            if kept.equals(data):
                 continue
             rows[table] = rows.get(table, 0) + data.num_rows - kept.num_rows
             files[table] = files.get(table, 0) + 1
@@ -278,6 +309,14 @@ def rewrite_files(zone: Any, keys: Sequence[str], erasure_id: str) -> tuple[dict
             recommit(zone, manifest, changed)
             crashpoint("forget_after_recommit")
     return rows, files
+
+
+def _without_keys(data: pa.Table, wanted: pa.Array, mask: IdentityMask | None) -> pa.Table:
+    kept = data.filter(pc.invert(pc.is_in(data["client_key"], value_set=wanted)))
+    if mask is None or "extra" not in kept.column_names:
+        return kept
+    index = kept.column_names.index("extra")
+    return kept.set_column(index, kept.schema.field(index), mask.array(kept["extra"]))
 
 
 def publish_replacement(zone: Any, relative: str, kept: pa.Table, erasure_id: str) -> str | None:
@@ -306,14 +345,21 @@ def recommit(zone: Any, manifest: Manifest, tables: dict[str, TableFiles]) -> No
 # --- one erasure, start to end --------------------------------------------------------------------
 
 
-def start(zone: Any, targets: Sequence[Target], reason: str) -> Erasure:
-    """Record the erasure, pending (suppression holds from here on)."""
+def start(zone: Any, targets: Sequence[Target], reason: str, key: bytes) -> Erasure:
+    """Record the erasure, pending (suppression holds from here on); ``key``: the register's key
+    the targets' hashes were made with (its check is recorded with the first erasure)."""
     register = read_register(zone.store)
+    register.key_check = register.key_check or key_check(key)
+    held = read_identity_values(zone.store, zone.manifests(), [t.key for t in targets], MASKED_FIELDS)
+    clients = [
+        {"hmac": t.hmac, "key": t.key, "words": hashed_tokens(key, held.get(t.key, ()), [t.number])}
+        for t in targets
+    ]
     erasure = Erasure(
         id=new_erasure_id(),
         requested_at=f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
         reason=reason,
-        clients=[{"hmac": t.hmac, "key": t.key} for t in targets],
+        clients=clients,
         plan={"not_held": sum(not t.held for t in targets)},
     )
     register.erasures.append(erasure)
@@ -334,7 +380,7 @@ def finish(zone: Any, erasure_id: str) -> Outcome:
         scrub(zone, erasure)
         write_register(zone.store, register)
         crashpoint("forget_after_scrub")
-    rows, files = rewrite_files(zone, keys, erasure.id)
+    rows, files = rewrite_files(zone, keys, erasure.id, erasure_mask(zone, erasure))
     if rows:  # a rerun after a crash finds fewer: what the earlier run removed is kept
         erasure.result["rows"] = _merge(erasure.result.get("rows", {}), rows)
         erasure.result["files"] = _merge(erasure.result.get("files", {}), files)
@@ -342,7 +388,7 @@ def finish(zone: Any, erasure_id: str) -> Outcome:
     crashpoint("forget_after_rewrite")
     repoint_catalogs(zone.data_dir)  # the catalogs read the rewritten files ...
     sweep_personal_files(zone.data_dir)  # ... so the old ones go (every version), with any leftover
-    reports = reexport(zone.data_dir, erasure.plan.get("reports", []))
+    reports, removed = reexport(_built(zone.data_dir, erasure), erasure.plan.get("reports", []))
     crashpoint("forget_after_reexport")
     outcome = Outcome(
         erasure.id,
@@ -352,6 +398,7 @@ def finish(zone: Any, erasure_id: str) -> Outcome:
         files=erasure.result.get("files", {}),
         nights=list(erasure.plan.get("nights", [])),
         reports=reports,
+        reports_removed=removed,
         logs=int(erasure.plan.get("logs", 0)),
         staging=int(erasure.plan.get("staging", 0)),
     )
@@ -361,14 +408,37 @@ def finish(zone: Any, erasure_id: str) -> Outcome:
     return outcome
 
 
+def erasure_mask(zone: Any, erasure: Erasure) -> IdentityMask:
+    """The forgotten clients' words as the register keeps them (keyed hashes): what the other
+    clients' records must not say of them."""
+    mask = IdentityMask()
+    mask.add_hashed(erasure_key(zone, create=False), (w for c in erasure.clients for w in c.get("words", ())))
+    return mask
+
+
+def _built(data_dir: Any, erasure: Erasure) -> Any:
+    """The data dir, its warehouse built first when reports must be written again and this
+    machine has no catalog to write them from (a new machine, a migrated layout)."""
+    from membersync.warehouse.build import build_warehouse
+
+    if erasure.plan.get("reports") and not data_dir.identified_db.is_file() and zone_has_nights(data_dir):
+        build_warehouse(data_dir)
+    return data_dir
+
+
+def zone_has_nights(data_dir: Any) -> bool:
+    return any(data_dir.manifests.glob("????-??-??.json"))
+
+
 def scrub(zone: Any, erasure: Erasure) -> None:
     """What needs the clients' values, done while the identity files still hold them: text files
     scrubbed, staging discarded, the nights whose reports name them found (kept in the plan)."""
+    mirror_reports(zone.data_dir)  # the reports other machines wrote, from the data location
     values = identity_values(zone, erasure.keys)
     found = plan(zone, erasure.keys, values)
     pattern = value_pattern(values)
     logs = sum(scrub_text(p, pattern) for p in found.texts) if pattern else 0
-    staging = discard(found.staging)
+    staging = discard(found.staging) + (remove_shard_areas(zone.data_dir) if zone.data_dir.remote else 0)
     erasure.plan.update(
         {"scrubbed": True, "reports": found.reports, "nights": found.nights, "logs": logs, "staging": staging}
     )
@@ -387,10 +457,6 @@ def discard(areas: Sequence[Path]) -> int:
     for area in areas:
         shutil.rmtree(area, ignore_errors=True)
     return len(areas)
-
-
-def register_key(zone: Any, *, create: bool) -> bytes:
-    return read_key(key_file(zone.data_dir, zone.erasure_key_file), create=create)
 
 
 __all__ = [

@@ -28,13 +28,15 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from membersync.models import tables as T
+from membersync.models.mask import IDENTIFYING_FIELDS, MASKED_FIELDS, IdentityMask
 from membersync.warehouse.atomic import make_dirs, write_bytes_atomic
 from membersync.warehouse.manifest import Manifest
 from membersync.warehouse.paths import DataDir
@@ -69,7 +71,8 @@ def key_file(data_dir: DataDir, configured: str | None = None) -> Path:
 
 
 def read_key(path: Path, *, create: bool) -> bytes:
-    """The register's key; a new one (0600) only when ``create`` and there is none yet."""
+    """The key in ``path``; a new one (0600) only when ``create`` and there is none yet. Callers
+    go through :func:`erasure_key`, which never creates one for a register that has erasures."""
     try:
         text = path.read_text(encoding="ascii").strip()
         key = bytes.fromhex(text)
@@ -80,7 +83,7 @@ def read_key(path: Path, *, create: bool) -> bytes:
         if not create:
             raise ErasureKeyError(
                 f"the erasure register's key file {path} is missing: restore it from your backup "
-                "(or point MEMBERSYNC_ERASURE_KEY_FILE at it); without it forgotten clients cannot be "
+                "and point MEMBERSYNC_ERASURE_KEY_FILE at it; without it forgotten clients cannot be "
                 "recognised, so nothing is landed"
             ) from None
     except (OSError, ValueError) as exc:
@@ -89,6 +92,32 @@ def read_key(path: Path, *, create: bool) -> bytes:
     write_bytes_atomic(path, secrets.token_hex(32).encode())
     log.info("created the erasure register's key file %s (back it up; keep it outside the data)", path)
     return read_key(path, create=False)
+
+
+KEY_CHECK_LABEL = b"membersync erasure register key check"
+
+
+def key_check(key: bytes) -> str:
+    """What the register records of its key: an HMAC of a fixed label, so a different key (a
+    key file made again elsewhere) is recognised as the wrong one, and the key cannot be derived."""
+    return hmac.new(key, KEY_CHECK_LABEL, hashlib.sha256).hexdigest()[:32]
+
+
+def erasure_key(zone: Any, *, create: bool) -> bytes:
+    """The erasure register's key, checked against the register. A new key is made only for a
+    register that has never recorded an erasure: once one exists, a missing or different key is
+    an :class:`ErasureKeyError` naming ``MEMBERSYNC_ERASURE_KEY_FILE`` (a new key would not
+    recognise the clients forgotten before, and a night would land them again)."""
+    register = read_register(zone.store)
+    path = key_file(zone.data_dir, zone.erasure_key_file)
+    started = bool(register.erasures) or register.key_check is not None
+    key = read_key(path, create=create and not started)
+    if register.key_check is not None and not hmac.compare_digest(register.key_check, key_check(key)):
+        raise ErasureKeyError(
+            f"the erasure key file {path} is not the key of {zone.data_dir.location}'s erasure register: "
+            "point MEMBERSYNC_ERASURE_KEY_FILE at the key made by its first `membersync forget`"
+        )
+    return key
 
 
 def client_hmac(key: bytes, number: str) -> str:
@@ -105,7 +134,7 @@ class Erasure:
     id: str
     requested_at: str
     reason: str
-    clients: list[dict[str, str]]  # {"hmac": ..., "key": ...}
+    clients: list[dict[str, Any]]  # {"hmac": ..., "key": ..., "words": [keyed hashes]}
     status: str = "pending"
     plan: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +159,7 @@ class Erasure:
 class ErasureRegister:
     erasures: list[Erasure]
     version: str | None = None  # the store's version of the file read (a conditional write's base)
+    key_check: str | None = None  # :func:`key_check` of the register's key, once it has one
 
     @property
     def erased(self) -> dict[str, str]:
@@ -137,11 +167,18 @@ class ErasureRegister:
         return {c["hmac"]: c["key"] for e in self.erasures for c in e.clients}
 
     @property
+    def hashed_words(self) -> set[str]:
+        """The keyed hashes of every forgotten client's identifying words (see models.mask)."""
+        return {w for e in self.erasures for c in e.clients for w in c.get("words", ())}
+
+    @property
     def pending(self) -> list[Erasure]:
         return [e for e in self.erasures if e.status != "done"]
 
     def to_json(self) -> bytes:
-        body = {"format": REGISTER_FORMAT, "erasures": [e.as_dict() for e in self.erasures]}
+        body: dict[str, Any] = {"format": REGISTER_FORMAT, "erasures": [e.as_dict() for e in self.erasures]}
+        if self.key_check is not None:
+            body["key_check"] = self.key_check
         return json.dumps(body, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -152,7 +189,7 @@ class ErasureRegister:
             body = json.loads(data)
             if body.get("format") != REGISTER_FORMAT:
                 raise ValueError(f"unknown format {body.get('format')!r}")
-            return cls([Erasure(**e) for e in body["erasures"]], version)
+            return cls([Erasure(**e) for e in body["erasures"]], version, body.get("key_check"))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{where}: the erasure register is malformed ({exc})") from None
 
@@ -202,6 +239,39 @@ def read_links(store: Any, manifests: Iterable[Manifest]) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+def read_identity_values(
+    store: Any,
+    manifests: Iterable[Manifest],
+    keys: Iterable[str] | None = None,
+    fields: Sequence[str] = IDENTIFYING_FIELDS,
+) -> dict[str, set[str]]:
+    """Client key -> every value of ``fields`` the committed identity files hold for them (all
+    versions; only the clients of ``keys`` when given), in one pass over the files."""
+    wanted = None if keys is None else pa.array(sorted(set(keys)), pa.string())
+    out: dict[str, set[str]] = {}
+    for _, _, relative in identity_files(manifests, [T.CLIENT_IDENTITY.name]):
+        table = store.read_table(relative, T.CLIENT_IDENTITY.schema)
+        if wanted is not None:
+            table = table.filter(pc.is_in(table["client_key"], value_set=wanted))
+        columns = [table[c].to_pylist() for c in ("client_key", *fields)]
+        for key, *values in zip(*columns, strict=True):
+            out.setdefault(key, set()).update(v for v in values if isinstance(v, str))
+    return out
+
+
+def identity_mask(
+    zone: Any, manifests: Iterable[Manifest], register_key: bytes | None, numbers: Iterable[str]
+) -> IdentityMask:
+    """The mask of untrusted text: every held client's names, email, phone and number
+    (``numbers``: the links), and the forgotten clients' words as the register holds them."""
+    values = read_identity_values(zone.store, manifests, fields=MASKED_FIELDS)
+    mask = IdentityMask(v for held in values.values() for v in held)
+    mask.add_numbers(numbers)
+    if register_key is not None:
+        mask.add_hashed(register_key, read_register(zone.store).hashed_words)
+    return mask
+
+
 # --- the keys of a night --------------------------------------------------------------------------
 
 
@@ -230,6 +300,7 @@ class ClientKeys:
         self.register_key = register_key
         self.suppressed: set[str] = set()
         self.tonight: set[str] = set()  # the night's discovered clients (each lands in its batch)
+        self.mask = IdentityMask()  # identity values masked in untrusted text (load: the held ones)
         self._checked: set[str] = set()
 
     @classmethod
@@ -253,8 +324,10 @@ class ClientKeys:
         register = read_register(zone.store)
         register_key = None
         if register.erasures:
-            register_key = read_key(key_file(zone.data_dir, zone.erasure_key_file), create=False)
-        return cls(links, digests, register.erased, salt, register_key)
+            register_key = erasure_key(zone, create=False)
+        keys = cls(links, digests, register.erased, salt, register_key)
+        keys.mask = identity_mask(zone, zone.manifests(), register_key, links)
+        return keys
 
     def assign(self, numbers: Iterable[str]) -> dict[str, str]:
         out = {}

@@ -49,7 +49,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from membersync.extract import redact
 from membersync.models.coerce import to_json
+from membersync.models.mask import hashed_tokens
 from membersync.models.privacy import land_batch, land_quarantine
 from membersync.models.tables import (
     BY_NAME,
@@ -73,14 +75,14 @@ from membersync.warehouse.manifest import (
     Manifest,
     TableFiles,
 )
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.paths import DIR_MODE, FILE_MODE, QUARANTINE_DIR, DataDir
 from membersync.warehouse.storage import CommitConflict, StoreError, store_for
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["full", "incremental"]
 MODES: tuple[str, ...] = ("full", "incremental")
-QUARANTINE_DIR = "_quarantine"  # published like a table, but not one of the landed tables
+IDENTITY_WORDS = "identity_words.json"  # a run's discovery's identity tokens, keyed hashes
 QUARANTINE_FILE = "_quarantine.parquet"  # its name inside a staged batch
 COMPRESSION = "zstd"
 _BATCH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -607,15 +609,31 @@ class Night:
     def expect_clients(self, numbers: Iterable[str]) -> None:
         """The clients this run syncs (its discovery): a batch that only refers to one of them
         leaves its identity to the batch that syncs it."""
+        numbers = list(numbers)
         self.keys.tonight.update(numbers)
+        self.keys.mask.add_numbers(numbers)  # masked in every batch's free text, whichever lands them
 
     @property
     def keys(self) -> ClientKeys:
-        """The surrogate keys of the clients this run lands (loaded once, on first use)."""
+        """The surrogate keys of the clients this run lands (loaded once, on first use), with
+        the identity words its discovery saw (a resumed run reads them back)."""
         if self._keys is None:
             replacing = self.night if self.replaces is not None else None
             self._keys = ClientKeys.load(self.zone, self.salt, replacing)
+            saved = _read_json(self.folder / IDENTITY_WORDS)
+            if isinstance(saved, list):
+                self._keys.mask.add_hashed(self.salt, (h for h in saved if isinstance(h, str)))
+            redact.register_identity_mask(self._keys.mask.text)  # logs and errors: never a name
         return self._keys
+
+    def remember_identity(self, values: Iterable[str]) -> None:
+        """The identity values discovery saw (search hits), masked in every batch's free text
+        from now on; kept for a resumed run as keyed hashes only (the run's salt), never in the
+        clear."""
+        self._check_open("remember_identity")
+        hashes = hashed_tokens(self.salt, values)
+        write_bytes_atomic(self.folder / IDENTITY_WORDS, json.dumps(hashes).encode())
+        self.keys.mask.add_hashed(self.salt, hashes)
 
     # -- discovery ------------------------------------------------------------------------------
 

@@ -33,6 +33,74 @@ from membersync.extract.settings import Settings, SettingsError
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+QUARANTINE_DIR = "_quarantine"  # under landing/: published like a table, but not one of the landed tables
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where under the data dir (or the bucket's prefix) something lives, and who may read it."""
+
+    path: str  # relative to the data dir; a folder ends with "/"
+    tier: str  # "analyst": no identity; "identified": may hold a person's identity; "none": neither
+    holds: str
+
+
+# Every place membersync writes, and its tier: the grant list of docs/personal-data.md (generated)
+# and what `membersync sql` lets an analyst read (tests fail when either drifts from this).
+PLACES: tuple[Place, ...] = (
+    Place(
+        "warehouse.duckdb",
+        "analyst",
+        "the analyst tier's catalog: views over the parts and the analyst landing",
+    ),
+    Place(
+        "warehouse/parts/",
+        "analyst",
+        "the models' stored rows (no part holds per-person data: the build refuses one)",
+    ),
+    Place(
+        "landing/<analyst table>/",
+        "analyst",
+        "every landed table but the identity: surrogate keys, masked free text",
+    ),
+    Place(
+        f"landing/{QUARANTINE_DIR}/",
+        "analyst",
+        "rows that could not be typed: keys, personal fields dropped, text masked",
+    ),
+    Place("landing/_manifests/", "analyst", "each committed night's manifest: file names, row counts"),
+    Place(
+        "landing/client_identity/",
+        "identified",
+        "the only link from a key to a client number, names, contact",
+    ),
+    Place(
+        "identified.duckdb",
+        "identified",
+        "the identified tier's catalog (identity.clients, identity.top_debtors)",
+    ),
+    Place("reports/", "identified", "the managers' reports: the top debtors by number and name"),
+    Place(
+        "landing/_staging/",
+        "identified",
+        "an interrupted night: staged identity, its discovery's client numbers, its key salt",
+    ),
+    Place(
+        "landing/_shards/",
+        "identified",
+        "a sharded night's batches as fetched (numbers, names) until it commits",
+    ),
+    Place("logs/", "identified", "run logs: a vendor's error text may name a client"),
+    Place(
+        "state/", "identified", "the sync state, the self-audit's queue and reports (client keys and numbers)"
+    ),
+    Place("warehouse/dbt/", "identified", "dbt's target and logs: a failing test's rows"),
+    Place(
+        "privacy/",
+        "none",
+        "the erasure register and retention journal: keyed hashes, surrogate keys, no identity",
+    ),
+)
 
 
 @dataclass(frozen=True)

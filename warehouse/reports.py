@@ -18,7 +18,7 @@ from membersync.extract.settings import Settings
 from membersync.warehouse.export import export_reports, night_stores
 from membersync.warehouse.morning import write_morning_report
 from membersync.warehouse.paths import DataDir
-from membersync.warehouse.storage import publish_reports
+from membersync.warehouse.storage import publish_reports, remove_reports
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,24 @@ def export_night(data_dir: DataDir, night: dt.date | None = None, *, stores: boo
     return Exported(paths, published, {s: (p, where[p]) for s, p in by_store.items()})
 
 
-def reexport(data_dir: DataDir, nights: Sequence[str]) -> list[str]:
-    """Write again the reports of ``nights`` (ISO dates) still in the warehouse; the nights done."""
+def reexport(data_dir: DataDir, nights: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Write again the reports of ``nights`` (ISO dates) that named a forgotten client. A night
+    whose reports cannot be written again (retention removed it from the warehouse since) loses
+    its report files instead, in the data location too: they name the client, so they cannot stay.
+    Returns the nights written again and the nights whose reports were removed."""
     from membersync.warehouse.export import ExportError
 
-    done = []
+    done, removed = [], []
     for night in sorted(set(nights)):
         try:
             export_night(data_dir, dt.date.fromisoformat(night), stores=_had_stores(data_dir, night))
-        except ExportError as exc:  # a night retention removed since: nothing of it to export
-            log.info("reports of %s not written again: %s", night, exc)
+        except ExportError as exc:
+            log.warning("reports of %s cannot be written again (%s): removed", night, exc)
+            remove_reports(data_dir, night)
+            removed.append(night)
             continue
         done.append(night)
-    return done
+    return done, removed
 
 
 def _had_stores(data_dir: DataDir, night: str) -> bool:

@@ -43,11 +43,20 @@ from membersync.extract.settings import RetentionPolicy
 from membersync.models import tables as T
 from membersync.warehouse.atomic import write_parquet_atomic
 from membersync.warehouse.manifest import Manifest, TableFiles
+from membersync.warehouse.storage import remove_reports
 
 log = logging.getLogger(__name__)
 
 JOURNAL = "privacy/retention.json"
 JOURNAL_FORMAT = 1
+
+
+# A night's business date may run ahead of the UTC date by the stores' offset (at most a day).
+FUTURE_SLACK = dt.timedelta(days=1)
+
+
+class RetentionRefused(RuntimeError):
+    """Retention cannot be applied safely; the message says why (nothing was changed)."""
 
 
 # --- which nights ------------------------------------------------------------------------------
@@ -207,12 +216,7 @@ def drop_night(zone: Any, manifest: Manifest) -> int:
     erased = zone.store.erase([f"landing/{f}" for f in files])
     for relative in files:
         (zone.data_dir.landing / relative).unlink(missing_ok=True)
-    folder = f"reports/{manifest.snapshot_date.isoformat()}"
-    reports = zone.store.listing(folder)
-    zone.store.erase(reports)
-    import shutil
-
-    shutil.rmtree(zone.data_dir.root / folder, ignore_errors=True)
+    remove_reports(zone.data_dir, manifest.snapshot_date.isoformat())
     return erased
 
 
@@ -261,9 +265,13 @@ class RetentionOutcome:
     starts: dict[str, str | None] = field(default_factory=dict)
 
 
-def apply_retention(zone: Any, policy: RetentionPolicy, *, dry_run: bool = False) -> RetentionOutcome:
+def apply_retention(
+    zone: Any, policy: RetentionPolicy, *, dry_run: bool = False, today: dt.date | None = None
+) -> RetentionOutcome:
     """Apply ``policy`` to the zone (the caller holds the lock); with ``dry_run`` only say what
-    would go. A run a crash left pending is finished first."""
+    would go. A run a crash left pending is finished first. Refused (:class:`RetentionRefused`)
+    when the newest night is after ``today`` (default: the clock's UTC date): the horizons count
+    back from it, so one night dated wrongly would remove, and forget, nearly everything."""
     journal = read_journal(zone.store)
     if journal.pending and not dry_run:
         _finish(zone, journal)
@@ -272,6 +280,7 @@ def apply_retention(zone: Any, policy: RetentionPolicy, *, dry_run: bool = False
     outcome = RetentionOutcome(str(policy))
     if not manifests or policy.keeps_everything:
         return outcome
+    check_clock(manifests, today)
     nights = plan_nights([m.snapshot_date for m in manifests], policy)
     outcome.removed = [n.isoformat() for n in nights.removed]
     outcome.kept = len(nights.kept)
@@ -290,6 +299,21 @@ def apply_retention(zone: Any, policy: RetentionPolicy, *, dry_run: bool = False
     write_journal(zone.store, journal)
     outcome.carried = _finish(zone, journal)
     return outcome
+
+
+def check_clock(manifests: Sequence[Manifest], today: dt.date | None = None) -> None:
+    """Raise :class:`RetentionRefused` when the newest night is after ``today`` (default: the
+    clock's UTC date, with a day's slack for the stores' offsets)."""
+    if not manifests:
+        return
+    newest = max(m.snapshot_date for m in manifests)
+    today = today or dt.datetime.now(dt.UTC).date()
+    if newest > today + FUTURE_SLACK:
+        raise RetentionRefused(
+            f"retention refused: the newest committed night {newest.isoformat()} is after today "
+            f"({today.isoformat()}); a night dated wrongly would make the horizons remove recent "
+            "history: check the clock, remove that night, then run it again"
+        )
 
 
 def finish_pending_retention(zone: Any) -> None:
@@ -346,7 +370,7 @@ def _finish(zone: Any, journal: Journal) -> dict[str, int]:
 def _forget_inactive(zone: Any, pending: dict[str, Any]) -> None:
     """The identity horizon: the inactive clients forgotten like ``membersync forget`` does."""
     from membersync.warehouse import forget as F
-    from membersync.warehouse.identity import client_hmac, read_links
+    from membersync.warehouse.identity import client_hmac, erasure_key, read_links
 
     keys = set(pending.get("forget") or [])
     if not keys:
@@ -355,12 +379,14 @@ def _forget_inactive(zone: Any, pending: dict[str, Any]) -> None:
     numbers = {
         k: n for k, n in zip(links["client_key"].to_pylist(), links["client_number"].to_pylist(), strict=True)
     }
-    register_key = F.register_key(zone, create=True)
+    register_key = erasure_key(zone, create=True)
     targets = [
         F.Target(numbers[k], k, client_hmac(register_key, numbers[k]), True)
         for k in sorted(keys)
         if k in numbers
     ]
     if targets:
-        erasure = F.start(zone, targets, f"retention: no activity within {pending.get('policy')}")
+        erasure = F.start(
+            zone, targets, f"retention: no activity within {pending.get('policy')}", register_key
+        )
         F.finish(zone, erasure.id)

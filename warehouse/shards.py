@@ -26,7 +26,6 @@ the area once its staging holds every batch.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import io
 import json
@@ -144,11 +143,16 @@ def assign(batch_ids: Sequence[str], shards: int) -> dict[str, int]:
     return {b: i * count // len(ordered) for i, b in enumerate(ordered)}
 
 
+SHARDS = "landing/_shards"  # relative to the data location's root
+
+
 class ShardArea:
     """``landing/_shards/<night>/<run id>/`` under the data location (local disk or S3)."""
 
     def __init__(self, data_dir: DataDir, night: dt.date, run_id: str, fs: Any = None) -> None:
         relative = f"landing/_shards/{night.isoformat()}/{run_id}"
+        self.data_dir = data_dir
+        self.relative = relative
         self.remote = data_dir.remote is not None
         if self.remote:
             from membersync.warehouse.storage import s3_filesystem
@@ -315,9 +319,24 @@ class ShardArea:
         return tables, quarantine
 
     def remove(self) -> None:
-        """Forget the area (the night's staging holds every batch now)."""
+        """Forget the area (the night's staging holds every batch now): on ``s3://`` every
+        version of every object (a shard's batch holds client numbers and names)."""
         if self.fs is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(self.base, recursive=True)
+            remove_shard_areas(self.data_dir, self.relative)
         else:
             shutil.rmtree(self.base, ignore_errors=True)
+
+
+def remove_shard_areas(data_dir: DataDir, relative: str = SHARDS) -> int:
+    """Delete shard areas in the data location for good (every version of every object under
+    ``relative``; default: every night's); returns the objects deleted. A local data dir: the
+    folder goes."""
+    if data_dir.remote is None:
+        folder = data_dir.root / relative
+        count = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+        shutil.rmtree(folder, ignore_errors=True)
+        return count
+    from membersync.warehouse.storage import ObjectStore
+
+    store = ObjectStore(data_dir)
+    return store.erase(store.listing(relative))

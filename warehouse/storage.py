@@ -38,6 +38,7 @@ import datetime as dt
 import logging
 import os
 import re
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -465,6 +466,42 @@ def publish_reports(data_dir: DataDir, paths: Sequence[Path]) -> list[str]:
             raise StoreError(f"cannot upload {relative} to {store.url}: {_describe(exc)}") from None
         out.append(f"{store.url}/{relative}")
     return out
+
+
+def mirror_reports(data_dir: DataDir) -> int:
+    """Bring every report file of the data location into the working dir (a forget on this
+    machine must find the reports another machine wrote); returns the files downloaded. A local
+    data dir: nothing to do."""
+    if data_dir.remote is None:
+        return 0
+    store = ObjectStore(data_dir)
+    downloaded = 0
+    for relative in store.listing("reports"):
+        try:
+            data = store.fs.cat_file(store.key(relative))
+        except FileNotFoundError:
+            continue  # only older versions or a delete marker: erased below, with every version
+        except OSError as exc:
+            raise StoreError(f"cannot read {relative} from {store.url}: {_describe(exc)}") from None
+        local = data_dir.root / relative
+        if local.is_file() and local.read_bytes() == data:
+            continue
+        make_dirs(local.parent, data_dir.root)
+        write_file_atomic(local, data)
+        downloaded += 1
+    return downloaded
+
+
+def remove_reports(data_dir: DataDir, night: str) -> int:
+    """Delete a night's report folder for good: in the data location (every version) and the
+    working dir. Returns the objects (or files) deleted."""
+    folder = f"reports/{night}"
+    store = store_for(data_dir)
+    erased = store.erase(store.listing(folder)) if data_dir.remote is not None else 0
+    local = data_dir.root / folder
+    count = sum(1 for p in local.rglob("*") if p.is_file()) if local.is_dir() else 0
+    shutil.rmtree(local, ignore_errors=True)
+    return erased + count
 
 
 def duckdb_connect(data_dir: DataDir, database: str = ":memory:") -> Any:

@@ -96,6 +96,12 @@ class ServiceCore:
         self.store_products: dict[str, list[m.Product]] = {}
         self.credentials: list[m.ProcessorCredentials] = []
         self.questions: dict[str, m.ProfileQuestion] = {}
+        # fields a tenant's server adds to one client's answers, beyond the contract (an
+        # emergency contact, a household member): (endpoint, client number) -> fields per item
+        self.tenant_fields: dict[tuple[str, str], dict[str, Any]] = {}
+        # answers a tenant's server refuses for one client, in its own words (a vendor's message
+        # may name the person): (endpoint, client number) -> (status, code, message)
+        self.tenant_refusals: dict[tuple[str, str], tuple[int, str, str]] = {}
         # clients and what they hold
         self.clients: dict[str, m.Client] = {}
         self.memberships: dict[str, m.Membership] = {}

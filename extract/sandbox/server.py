@@ -347,7 +347,14 @@ class SandboxServer:
     async def _answer(self, request: web.BaseRequest, route: _Route) -> bytes:
         ep = route.endpoint
         if ep.method == "GET":
+            client = (ep.name, request.query.get(self.profile.param("clientNumber"), ""))
+            refusal = self.service.tenant_refusals.get(client)
+            if refusal is not None:
+                raise ApiError(*refusal)
             result = self._run_get(route, request.query)
+            added = self.service.tenant_fields.get(client)
+            if added:
+                result = _with_fields(result, added)
         else:
             raw = await request.read()
             result = self._run_post(ep, raw)
@@ -534,6 +541,13 @@ def _recase(value: str, salt: int) -> str:
     case-insensitive comparison see every spelling, not one per value."""
     variant = zlib.crc32(value.encode(), salt) % 4
     return (value.upper(), value.lower(), value.swapcase(), value.title())[variant]
+
+
+def _with_fields(result: Any, fields: dict[str, Any]) -> Any:
+    """Each item of an answer with a tenant's own fields added (Service.tenant_fields)."""
+    if isinstance(result, list):
+        return [{**item, **fields} if isinstance(item, dict) else item for item in result]
+    return {**result, **fields} if isinstance(result, dict) else result
 
 
 def _drift(value: Any, top: bool = False) -> Any:

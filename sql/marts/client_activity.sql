@@ -3,7 +3,9 @@
 -- active now while they hold a membership that has not ended (active, frozen or on hold), a
 -- ledger or points balance other than zero, or a package with sessions left that has not
 -- expired; otherwise their last activity is the newest of their memberships' dates, their sales
--- (voided ones too: a till event), payments, points movements and the day they were created.
+-- (voided ones too: a till event), payments, points movements and the day they were created;
+-- a client none of that dates counts from the night their record was last fetched changed (so
+-- a record without dates is never "inactive since the year 1").
 {{ config(materialized='scratch_view') }}
 
 with newest_night as (
@@ -14,7 +16,7 @@ with newest_night as (
 
 clients as (
 
-    select client_key, created_date from {{ ref('current_clients') }}
+    select client_key, created_date, snapshot_date from {{ ref('current_clients') }}
 
 ),
 
@@ -61,7 +63,7 @@ final as (
     select
         clients.client_key,
         holding.client_key is not null as active_now,
-        last_dated.last_activity_date
+        coalesce(last_dated.last_activity_date, clients.snapshot_date) as last_activity_date
     from clients
     left join holding using (client_key)
     left join last_dated using (client_key)

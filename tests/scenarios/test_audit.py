@@ -33,6 +33,7 @@ from membersync.flows import nightly
 from membersync.flows.audit_cli import AuditUsageError, _audit, parse_clients
 from membersync.flows.nightly import with_queued
 from membersync.models import tables as T
+from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.manifest import read_manifest
 from reliability import Outcome, Workspace
 
@@ -316,7 +317,7 @@ def audit_here(ws: Workspace, numbers: list[str]) -> dict[str, dict[str, list[st
     """The audit of ``numbers`` (as ``membersync audit`` runs it, in this process): number ->
     table -> row keys of the clients that differ."""
     config = Settings.load(ws.env())
-    holdings = A.read_holdings(ws.data_dir)
+    holdings = A.read_holdings(LandingZone(ws.data_dir))
     keys = holdings.keys
     sample = sorted(keys[n] for n in numbers)
     options = nightly.SyncOptions.from_settings(config)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import truth
+from canaries import add_canaries
 from conftest import BUCKET
 from landed import numbers_by_key
 from membersync.extract.sandbox.server import RunningSandbox
@@ -32,69 +33,6 @@ from privacy_scan import Canary, s3_client, scan_bucket, scan_files
 from reliability import ANCHOR, Workspace, inspect
 
 NIGHT1, NIGHT2, NIGHT3 = ANCHOR - dt.timedelta(days=2), ANCHOR - dt.timedelta(days=1), ANCHOR
-
-# Values no generated client has: a hit anywhere is this client's.
-IDENTITIES = {
-    "alpha": {
-        "firstName": "Quenbyalpha",
-        "lastName": "Zephyrcanary",
-        "email": "quenby.alpha.canary@example.test",
-        "phone": "555-0142-9931",
-        "address1": "9 Canaryalpha Wharf Row",
-        "birthDate": "1981-04-17",
-        "postalCode": "K9Z 7Q1",
-    },
-    "beta": {
-        "firstName": "Ottilabeta",
-        "lastName": "Marrowcanary",
-        "email": "ottila.beta.canary@example.test",
-        "phone": "555-0177-4410",
-        "address1": "41 Canarybeta Close",
-        "birthDate": "1990-12-02",
-        "postalCode": "J3X 2W8",
-    },
-    "control": {  # never forgotten: the scan's positive control
-        "firstName": "Wendelcontrol",
-        "lastName": "Harrowcanary",
-        "email": "wendel.control.canary@example.test",
-        "phone": "555-0199-2207",
-        "address1": "3 Canarycontrol Yard",
-        "birthDate": "1975-06-30",
-        "postalCode": "T5K 0A9",
-    },
-}
-SEARCHED = ("firstName", "lastName", "email", "phone", "address1")
-
-
-def add_canaries(sandbox: RunningSandbox) -> dict[str, Canary]:
-    """Three clients with unique identities, each owing a large amount at the first store (so
-    they head its top-debtors list, in every report format), beta referred by alpha."""
-
-    def write(service: Any) -> dict[str, str]:
-        store = sorted(service.stores)[0]
-        emp = next(e.emp_no for e in service.store_employees[store] if e.active)
-        product = service.store_products[store][0].product_number
-        numbers: dict[str, str] = {}
-        for rank, (name, identity) in enumerate(IDENTITIES.items()):
-            body = {"storecode": store, "empNo": emp, **identity}
-            if name == "beta":
-                body["referredBy"] = numbers["alpha"]
-            number = service.insert_client(body)["clientNumber"]
-            line = {
-                "type": "R",
-                "productNumber": product,
-                "quantity": 1,
-                "pricePerUnit": f"{90000 - rank}.00",
-                "tax": "0",
-            }
-            service.insert_transaction(
-                {"clientNumber": number, "storecode": store, "empNo": emp, "lines": [line]}
-            )
-            numbers[name] = number
-        return numbers
-
-    numbers = sandbox.call(write)
-    return {name: Canary(numbers[name], tuple(IDENTITIES[name][k] for k in SEARCHED)) for name in IDENTITIES}
 
 
 def new_sale(sandbox: RunningSandbox, number: str) -> None:

@@ -148,7 +148,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DataDir,
     """430 nights of 120 clients through the real landing zone, built, and the report files of a
     few nights exported before any retention (copied aside)."""
     data_dir = DataDir(tmp_path_factory.mktemp("retention") / "data")
-    generate(data_dir, clients=120, nights=NIGHTS, rate=0.05)
+    generate(data_dir, clients=120, nights=NIGHTS, rate=0.05, first_night=FIRST)
     build_warehouse(data_dir)
     nights = [m.snapshot_date for m in read_manifests(data_dir.manifests)]
     kept = kept_by_hand(nights, 120, 1)
