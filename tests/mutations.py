@@ -35,6 +35,7 @@ TRUTH = (
     "test_every_report_equals_the_truth_after_a_full_night_and_two_incremental_ones"
 )
 BUILT = "tests/unit/warehouse/test_warehouse_build.py"
+ATTACKS = "tests/scenarios/test_privacy_attacks.py"
 MORNING = "tests/unit/warehouse/test_morning_reports.py"
 HTML = "tests/unit/warehouse/test_morning_html.py"
 COHORTS = (
@@ -480,6 +481,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         "_base(rows).mark_area()",
         (HTML + "::test_case_the_first_night_s_debt_chart_draws_the_money_owed",),
         "the first night's chart of money owed drawn as an area of no width: empty",
+    ),
+    # --- privacy that fails closed (issue 59) -----------------------------------------------------
+    Mutation(
+        "tiers_unchecked",
+        "warehouse/build.py",
+        "    _check_tiers(run)\n",
+        "",
+        (ATTACKS + "::test_case_12_the_build_refuses_a_model_declared_in_the_wrong_tier",),
+        "a model declared in the wrong tier built and published",
+    ),
+    Mutation(
+        "reader_file_access_on",
+        "warehouse/catalog.py",
+        '        "SET enable_external_access = false",\n',
+        "",
+        (
+            ATTACKS + "::test_case_1_the_analyst_prompt_refuses_every_way_out_of_its_tier",
+            ATTACKS + "::test_case_1_an_ordinary_analyst_query_still_works",
+        ),
+        "the analyst prompt reads any file",
+    ),
+    Mutation(
+        "key_made_again",
+        "warehouse/identity.py",
+        "    key = read_key(path, create=create and not started)",
+        "    key = read_key(path, create=create)",
+        (ATTACKS + "::test_case_2_a_lost_or_other_key_is_refused_once_the_register_has_an_erasure",),
+        "a lost erasure key silently made again",
+    ),
+    Mutation(
+        "free_text_unmasked",
+        "models/privacy.py",
+        "        elif mask is not None and column.name in masked:",
+        "        elif False:",
+        (ATTACKS + "::test_case_4_identity_nested_elsewhere_or_in_free_text_never_reaches_analysts",),
+        "a client's name in a points reason lands in the analyst tier",
     ),
 )
 

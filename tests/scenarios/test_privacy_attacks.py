@@ -4,7 +4,9 @@ can be: the sandbox on loopback, real nights, real DuckDB, moto's S3 server with
 
 Canary clients (:mod:`canaries`) carry values no generated client has; alpha's identity is also
 planted where a vendor may put it beyond the contract (nested fields, another client's records,
-text staff type). :mod:`privacy_scan` reads every byte as a reader would.
+text staff type). :mod:`privacy_scan` reads every byte as a reader would. What the fix added
+(the reader's folders, the mask's marker, the places) is imported inside the tests that use it,
+so the module also runs against the code before the fix (each test then fails on its own case).
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ import pytest
 from canaries import IDENTITIES, add_canaries, plant_identity_elsewhere
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
 from membersync.models import tables as T
-from membersync.models.mask import MASKED
 from membersync.models.privacy import land_quarantine
-from membersync.warehouse.catalog import reader_directories, reader_settings
 from membersync.warehouse.identity import ClientKeys
-from membersync.warehouse.paths import PLACES, DataDir
+from membersync.warehouse.paths import DataDir
 from privacy_scan import Canary, scan_files, texts_of
 from reliability import ANCHOR, Workspace
 
@@ -42,12 +42,21 @@ def base(
     try:
         canaries = add_canaries(sandbox)
         plant_identity_elsewhere(sandbox, canaries)
+        sandbox.call(lambda service: make_dateless(service, canaries["beta"].number))
         ws = Workspace(tmp_path_factory.mktemp("attacks") / "base", sandbox.url, NIGHT1, batch_size=10)
         outcome = ws.sync(ws.argv(NIGHT1))
         assert outcome.ok, outcome.describe()
         yield sandbox, canaries, ws.root
     finally:
         sandbox.stop()
+
+
+def make_dateless(service: Any, number: str) -> None:
+    """A client the service knows nothing dated of: no created date, no sale, no membership."""
+    client = service.clients[number]
+    client.created_date = None
+    client.transactions.clear()
+    service.transactions = {r: t for r, t in service.transactions.items() if t.client_number != number}
 
 
 def workspace(base: tuple[RunningSandbox, dict[str, Canary], Path], tmp_path: Path, **env: str) -> Workspace:
@@ -92,9 +101,16 @@ def alpha_values() -> list[str]:
 
 
 def analyst_places(data_dir: DataDir) -> list[Path]:
-    """What an analyst may read (PLACES of the analyst tier), as folders and files."""
-    paths = [Path(d) for d in reader_directories(data_dir, "analyst")]
-    return [p for p in [*paths, data_dir.warehouse_db] if p.exists()]
+    """What an analyst may read, as the docs' grant list says (written out here, not read from
+    the code): the analyst catalog, the parts, every landed table of the analyst tier, quarantine."""
+    tables = [data_dir.landing / t.name for t in T.LANDED if t.tier == "analyst"]
+    paths = [
+        data_dir.warehouse_db,
+        data_dir.root / "warehouse" / "parts",
+        *tables,
+        data_dir.landing / "_quarantine",
+    ]
+    return [p for p in paths if p.exists()]
 
 
 def hits_in(paths: list[Path], canary: Canary) -> list[str]:
@@ -119,7 +135,7 @@ ESCAPES = {
     "COPY TO a file": "COPY (SELECT 1) TO '{data}/out.csv'",
     "COPY TO inside an analyst folder": "COPY (SELECT 1) TO '{data}/landing/clients/x.parquet'",
     "switching file access back on": "SET enable_external_access = true",
-    "INSTALL of an extension": "INSTALL httpfs",
+    "read_csv of the sync state": "SELECT * FROM read_csv('{data}/state/state.json')",
     "a second statement after a read": "SELECT 1; COPY (SELECT 1) TO '{data}/out.csv'",
     "glob of the data dir": "SELECT * FROM glob('{data}/**')",
 }
@@ -165,6 +181,8 @@ def test_case_1_an_ordinary_analyst_query_still_works(built: Workspace) -> None:
 def test_case_1_a_bi_tool_given_the_reader_setup_is_held_to_the_same_folders(built: Workspace) -> None:
     """Case 1, BI tools: a DuckDB connection that runs what `--reader-setup` prints reads the
     reports and cannot read the identity, nor undo the setup."""
+    from membersync.warehouse.catalog import reader_settings
+
     outcome = run(built, "sql", "--reader-setup")
     assert outcome.status == 0, outcome.describe()
     statements = [
@@ -187,6 +205,9 @@ def test_case_1_a_bi_tool_given_the_reader_setup_is_held_to_the_same_folders(bui
 
 def test_case_11_every_folder_a_reader_may_read_is_declared_analyst() -> None:
     """Case 11: the reader's folders and the documented grant list are one declaration."""
+    from membersync.warehouse.catalog import reader_directories
+    from membersync.warehouse.paths import PLACES
+
     data_dir = DataDir(Path("/data"))
     analyst = {p.path for p in PLACES if p.tier == "analyst"}
     for folder in reader_directories(data_dir, "analyst"):
@@ -269,12 +290,14 @@ def test_case_3_a_number_typed_without_its_zeros_is_refused_naming_the_held_one(
 # --- case 4: identity beyond the contract --------------------------------------------------------
 
 
-def test_case_4_identity_nested_on_other_records_and_in_free_text_never_reaches_the_analyst_tier(
+def test_case_4_identity_nested_elsewhere_or_in_free_text_never_reaches_analysts(
     built: Workspace, base: tuple[RunningSandbox, dict[str, Canary], Path]
 ) -> None:
     """Case 4: alpha named in an emergency contact, an account holder, another client's payer
     and household, a points reason and a sale line: none of it is in what an analyst can read;
     the identified tier still has alpha (the positive control), and the masked texts say so."""
+    from membersync.models.mask import MASKED
+
     _, canaries, _ = base
     alpha = Canary(canaries["alpha"].number, tuple(alpha_values()))
     assert hits_in(analyst_places(built.data_dir), alpha) == []
@@ -372,18 +395,31 @@ def test_case_10_retention_refuses_while_the_newest_night_is_in_the_future(
     assert sorted(p.name for p in ws.data_dir.manifests.glob("*.json")) == before
 
 
-def test_case_10_a_client_with_no_dates_counts_from_their_record_not_from_ever(built: Workspace) -> None:
-    """Case 10: marts.client_activity gives every client a day (no client is inactive "since
-    the year 1", so none is forgotten at once by an identity horizon)."""
-    con = duckdb.connect(str(built.data_dir.warehouse_db), read_only=True)
-    try:
-        undated = con.execute(
-            "SELECT count(*) FROM marts.client_activity WHERE last_activity_date IS NULL"
-        ).fetchone()
-        total = con.execute("SELECT count(*) FROM marts.client_activity").fetchone()
-    finally:
-        con.close()
-    assert total and total[0] > 0 and undated == (0,)
+def test_case_10_a_client_with_no_dates_counts_from_their_record_not_from_ever(
+    built: Workspace, base: tuple[RunningSandbox, dict[str, Canary], Path]
+) -> None:
+    """Case 10: a client with no created date and no dated event is not inactive "since the year
+    1" (forgotten at once by any identity horizon): their last activity is the night their record
+    was fetched."""
+    _, canaries, _ = base
+    number = canaries["beta"].number
+    key = run(
+        built,
+        "sql",
+        "--identified",
+        "--csv",
+        f"SELECT client_key FROM identity.clients WHERE client_number = '{number}'",
+    )
+    assert key.status == 0, key.describe()
+    client_key = key.stdout.splitlines()[1]
+    outcome = run(
+        built,
+        "sql",
+        "--csv",
+        f"SELECT last_activity_date FROM marts.client_activity WHERE client_key = '{client_key}'",
+    )
+    assert outcome.status == 0, outcome.describe()
+    assert outcome.stdout.splitlines()[1:] == [NIGHT1.isoformat()]
 
 
 # --- case 12: the build's guard -------------------------------------------------------------------
