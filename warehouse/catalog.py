@@ -419,5 +419,6 @@ def check_reads_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
         kind = statement.type.name
         if kind not in READ_STATEMENTS:
             raise ReaderRefused(
-                f"{kind} refused: a reader runs read queries only ({', '.join(READ_STATEMENTS)})"
+                f"{kind} refused: the warehouse is read-only here (read queries only: "
+                f"{', '.join(READ_STATEMENTS)})"
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -501,3 +502,77 @@ def test_case_9_a_vendor_error_naming_a_client_reaches_no_log_notification_or_pr
     for value in alpha_values():
         assert value.lower() not in bodies.lower(), f"{value} notified"
     assert "archived" in " ".join(p.read_text() for p in ws.data_dir.logs.glob("*.log"))
+
+
+# --- cases 6 and 7: a bucket several machines share ------------------------------------------------
+
+
+def versioned(name: str) -> str:
+    from conftest import BUCKET
+    from privacy_scan import s3_client
+
+    s3_client().put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    return f"s3://{BUCKET}/{name}-{time.monotonic_ns()}"
+
+
+def machine(root: Path, sandbox: RunningSandbox, location: str, aws: dict[str, str], key: Path) -> Workspace:
+    """A machine of its own on ``location``: its own working dir, the one erasure key."""
+    env = {
+        **aws,
+        "MEMBERSYNC_DATA_DIR": location,
+        "MEMBERSYNC_CACHE_DIR": str(root / "work"),
+        "MEMBERSYNC_ERASURE_KEY_FILE": str(key),
+    }
+    return Workspace(root, sandbox.url, NIGHT1, batch_size=10, extra_env=env)
+
+
+def test_case_6_a_shard_area_goes_with_every_version_of_every_object(
+    aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Case 6: a sharded night's area in a versioned bucket (raw numbers and names) is removed
+    for good: no version of any of its objects is left."""
+    from conftest import BUCKET
+    from membersync.warehouse.shards import ShardArea
+    from privacy_scan import object_versions, s3_client
+
+    location = versioned("shards")
+    data_dir = DataDir.remote_location(location, str(tmp_path / "work"))
+    area = ShardArea(data_dir, NIGHT1, "run1")
+    batch = pa.table({"client_number": ["000417"], "first_name": ["Quenbyalpha"]})
+    area.write_batch("00000", {"clients": batch}, None, ["000417"])
+    area.write_batch("00000", {"clients": batch}, None, ["000417"])  # a second version of each
+    prefix = location.removeprefix(f"s3://{BUCKET}/")
+    assert len(object_versions(s3_client(), BUCKET, prefix)) >= 4
+    area.remove()
+    assert object_versions(s3_client(), BUCKET, prefix) == []
+
+
+def test_case_7_forget_on_one_machine_reaches_the_bucket_and_the_other_machine(
+    base: tuple[RunningSandbox, dict[str, Canary], Path], aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Case 7: machine A lands a night in a versioned bucket and machine B builds its own
+    warehouse and reports; A loses its local reports, then forgets alpha. No version of any
+    object names alpha, and B's next build follows the rewritten night: its working dir names
+    alpha nowhere. Control is still found (the positive control)."""
+    from conftest import BUCKET
+    from privacy_scan import scan_bucket
+
+    sandbox, canaries, _ = base
+    location = versioned("two-machines")
+    key = tmp_path / "keys" / "erasure.key"
+    a = machine(tmp_path / "a", sandbox, location, aws_env, key)
+    b = machine(tmp_path / "b", sandbox, location, aws_env, key)
+    assert a.sync(a.argv(NIGHT1)).ok
+    assert run(b, "reports").ok
+    shutil.rmtree(tmp_path / "a" / "work" / "reports")  # A knows the reports only from the bucket
+    alpha, control = canaries["alpha"], canaries["control"]
+    prefix = location.removeprefix(f"s3://{BUCKET}/")
+    assert scan_bucket(BUCKET, [alpha], prefix)[alpha.number], "the bucket named alpha"
+
+    outcome = forget(a, alpha.number)
+    assert outcome.status == 0, outcome.describe()
+    assert scan_bucket(BUCKET, [alpha], prefix)[alpha.number] == []
+    assert scan_bucket(BUCKET, [control], prefix)[control.number]
+    assert run(b, "reports").ok
+    assert scan_files([tmp_path / "b" / "work"], [alpha])[alpha.number] == []
+    assert scan_files([tmp_path / "b" / "work"], [control])[control.number]

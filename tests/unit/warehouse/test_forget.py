@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import truth
-from canaries import add_canaries
+from canaries import add_canaries, plant_identity_elsewhere
 from conftest import BUCKET
 from landed import numbers_by_key
 from membersync.extract.sandbox.server import RunningSandbox
@@ -91,9 +91,13 @@ def test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_ex
     fresh_sandbox: Callable[..., RunningSandbox], tmp_path: Path, aws_env: dict[str, str]
 ) -> None:
     """Case: two of three canary clients forgotten after two nights (data on S3 with versioning,
-    Prefect on, per-store reports on); a third night while the service still serves them."""
+    Prefect on, per-store reports on); a third night while the service still serves them. Alpha
+    is also named where the vendor may put a name (issue 59, case 4): nested in its own record,
+    on the control's records (a household member, a payer), in a points reason and a sale line;
+    the scan of every byte and every version finds none of it after the forget."""
     sandbox = fresh_sandbox(clients=80, stores=3, seed=61, anchor_date=ANCHOR)
     canaries = add_canaries(sandbox)
+    plant_identity_elsewhere(sandbox, canaries)  # alpha nested, on control's records, in free text
     location = versioned_location("forget")
     ws = Workspace(
         tmp_path,
