@@ -576,3 +576,19 @@ def test_case_7_forget_on_one_machine_reaches_the_bucket_and_the_other_machine(
     assert run(b, "reports").ok
     assert scan_files([tmp_path / "b" / "work"], [alpha])[alpha.number] == []
     assert scan_files([tmp_path / "b" / "work"], [control])[control.number]
+
+
+def test_case_1_the_identified_prompt_cannot_read_the_key_or_write_either(built: Workspace) -> None:
+    """Case 1, beyond the issue: `--identified` is a reader of its own tier too: the erasure
+    key (outside the data dir), the sync state and a COPY are refused there as well."""
+    key = Path(built.env()["MEMBERSYNC_ERASURE_KEY_FILE"])
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.write_text("00" * 32)
+    for query in (
+        f"SELECT * FROM read_text('{key}')",
+        f"SELECT * FROM read_csv('{built.data_dir.root}/state/state.json')",
+        f"COPY (SELECT * FROM identity.clients) TO '{built.data_dir.root}/names.csv'",
+    ):
+        one_line_error(run(built, "sql", "--identified", query), 2, "error: SQL")
+    assert not (built.data_dir.root / "names.csv").exists()
+    assert run(built, "sql", "--identified", "SELECT count(*) FROM identity.clients").status == 0
