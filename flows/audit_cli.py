@@ -59,6 +59,7 @@ def choose(known: list[str], wanted: int | None, options: A.AuditOptions, seed: 
 
 def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
     from membersync.extract.errors import ServiceError
+    from membersync.warehouse.identity import ErasureKeyError
     from membersync.warehouse.landing import AlreadyRunning
 
     try:
@@ -86,6 +87,8 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
             A.queue_for_resync(data_dir, result, label)
     except AlreadyRunning as exc:
         return _fail(f"already running: {exc}", 1)
+    except ErasureKeyError as exc:  # the register's key is missing or not its own: land nothing
+        return _fail(str(exc), 2)
     except OSError as exc:
         return _fail(f"cannot use the data dir {data_dir.root}: {exc.strerror or exc}", 2)
     except (ServiceError, B.BatchFailed) as exc:

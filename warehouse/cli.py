@@ -21,6 +21,7 @@ from membersync.models.tables import PERSONAL_COLUMNS
 from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
 from membersync.warehouse.catalog import ReaderRefused, check_reads_only, open_reader
 from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
+from membersync.warehouse.identity import ErasureKeyError
 from membersync.warehouse.landing import AlreadyRunning, LandingZone
 from membersync.warehouse.manifest import ManifestError
 from membersync.warehouse.paths import DataDir
@@ -76,7 +77,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
             soft_wrap=True,
         )
         return 1
-    except (ExportError, BuildInputError, ManifestError) as exc:
+    except (ExportError, BuildInputError, ManifestError, ErasureKeyError) as exc:
         raise _usage_error(str(exc)) from None
     except (BuildError, StoreError) as exc:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)

@@ -253,6 +253,7 @@ def test_case_2_a_lost_or_other_key_is_refused_once_the_register_has_an_erasure(
         forget(ws, canaries["control"].number, **lost), 2, "MEMBERSYNC_ERASURE_KEY_FILE", "missing"
     )
     assert not home.exists() or not any(home.rglob("*.key")), "a new key was made"
+    one_line_error(run(ws, "audit", "--clients", "all", **lost), 2, "MEMBERSYNC_ERASURE_KEY_FILE")
 
     other = tmp_path / "other.key"
     other.write_text("ab" * 32)
