@@ -10,17 +10,11 @@ change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from membersync.extract import constants
 from membersync.extract.profile import Profile
 from membersync.extract.records import SearchPage
-
-
-class PagingStrategy(Protocol):
-    def first(self) -> int: ...
-
-    def next(self, page: SearchPage, seen: int) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,9 +134,6 @@ class Profile:
             return item
         return {mapping.get(k, k): v for k, v in item.items()}
 
-    def field_name(self, record: str, logical: str) -> str:
-        return self.fields.get(record, {}).get(logical, logical)
-
     @property
     def is_contract(self) -> bool:
         """True when every name is the contract's (fast paths may skip renaming)."""

@@ -16,12 +16,27 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from membersync.extract.settings import UsageError
 from rich.console import Console
 
+
+def _flags_take_no_value() -> None:
+    """typer 0.29's help labels a flag's type ``<bool>``, as if it took a value (``--dry-run
+    <bool>``): a flag shows no type."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
 app = typer.Typer(
     name="membersync",
     help="Nightly sync, warehouse and reports for the business-management service.",

@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 QUARANTINE = "_quarantine"
 
 
-def needs_migration(zone: Any) -> bool:
-    return any(m.layout < LAYOUT for m in zone.manifests())
-
-
 def migrate_layout(zone: Any) -> int:
     """Migrate every night of the earlier layout (the caller holds the lock); returns how many."""
     old = [m for m in zone.manifests() if m.layout < LAYOUT]

@@ -246,12 +246,6 @@ def write_journal(store: Any, journal: Journal) -> None:
     journal.version = store.write_doc(JOURNAL, journal.to_json(), journal.version)
 
 
-def history_starts(store: Any) -> dict[str, str | None]:
-    """Where the history starts, as the last retention run left it (empty: everything kept)."""
-    journal = read_journal(store)
-    return dict(journal.history[-1].get("starts", {})) if journal.history else {}
-
-
 # --- one run ----------------------------------------------------------------------------------------
 
 

@@ -225,14 +225,6 @@ def _snake(name: str) -> str:
     return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name)
 
 
-class _Injected(Exception):
-    """An injected fault decided before the answer is written."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
 class SandboxServer:
     """The request handler and everything it needs (one per sandbox)."""
 

@@ -99,3 +99,16 @@ def test_case_docs_generates_the_warehouse_documentation_site(demo) -> None:
     text = page.read_text(encoding="utf-8", errors="replace")
     assert "top_debtors" in text and "outstanding_balances_by_store" in text
     assert not any(p.suffix == ".html" for p in data_dir.root.parent.glob("*.html"))  # in the data dir
+
+
+@pytest.mark.parametrize("command", ["forget", "retention", "sync", "sql", "reports", "audit"])
+def test_case_a_flag_shows_as_a_flag_in_help(command: str) -> None:
+    """Issue 60: `--help` showed every flag as `--dry-run <bool>`, as if it took a value; a flag
+    has no type, an option that takes a value keeps its own."""
+    from membersync.flows.cli import app
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "160", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    assert "--help" in result.output
