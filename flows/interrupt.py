@@ -58,8 +58,8 @@ def run_until_signal(
     try:
         return asyncio.run(_guarded(coro, last_words, finished))
     except BaseException as exc:
-        # Prefect's flow engine puts its own SIGTERM handler in place of ours while a run is in
-        # its hands; it raises TerminationSignal out of the event loop, past _guarded.
+        # A SIGTERM that lands while Prefect's own handler is in place (the engine's set-up,
+        # before the flow's body reclaims the signal) raises TerminationSignal past _guarded.
         signum = getattr(exc, "signal", None)
         if isinstance(signum, int) and signum in _SIGNALS:
             raise Interrupted(signal.Signals(signum).name) from None
@@ -87,6 +87,7 @@ async def _guarded(
 
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig.name)
+    _ours[:] = [signal.getsignal(signal.SIGTERM)]
     try:
         result = await task
     except asyncio.CancelledError:
@@ -98,6 +99,7 @@ async def _guarded(
             raise Interrupted(received[0]) from None
         raise
     finally:
+        _ours.clear()
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
     if received and not finished(result):
@@ -105,6 +107,23 @@ async def _guarded(
     for watchdog in watchdogs:  # the work was done before the signal took effect: it stands
         watchdog.cancel()
     return result
+
+
+_ours: list[Any] = []  # the SIGTERM handler of the guard in force (the loop's), if any
+
+
+def reclaim_sigterm() -> None:
+    """Put the guard's SIGTERM handler back in place of Prefect's (call it first in a flow's body).
+
+    Prefect's flow engine installs a handler that raises ``TerminationSignal`` in whatever the
+    main thread runs. Raised inside an event-loop callback, asyncio logs and swallows it (only a
+    task's step passes it on); raised just after the loop read its wake-up byte, the signal is
+    lost with it, and the night goes on to commit as if never asked to stop. Under the guard
+    the signal needs no handler of Prefect's: the loop sees it and cancels the night. Without
+    a guard (a worker or ``serve`` runs the flow) Prefect's handler stays: it owns that process.
+    """
+    if _ours and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _ours[0])
 
 
 def _detach_api_log_handlers() -> None:

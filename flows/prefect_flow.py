@@ -21,6 +21,7 @@ from typing import Any
 
 from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows import nightly
+from membersync.flows.interrupt import reclaim_sigterm
 from membersync.flows.nightly import NightRun, StepRunner, SyncOptions, drive, holding_lock, unwrap
 from membersync.flows.notify import Notifier, resume_command
 from membersync.warehouse.paths import DataDir
@@ -130,6 +131,7 @@ async def run_night_in_flow(
     """
     from prefect.artifacts import acreate_table_artifact
 
+    reclaim_sigterm()  # under `membersync sync`: one Ctrl-C/SIGTERM path, see reclaim_sigterm
     settings = ServiceSettings.from_settings(config)
     data_dir = DataDir.from_settings(config)
     notifier = Notifier.from_settings(config) if _run_by_a_deployment() else None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest_prefect import prefect_harness  # noqa: F401  (module fixture)
 from membersync.warehouse.landing import LandingZone
 from membersync.warehouse.manifest import read_manifest
 from membersync.warehouse.paths import DataDir
@@ -188,3 +189,46 @@ def test_case_a_sigterm_taken_by_prefects_own_handler_is_an_interruption() -> No
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert caught.value.signal == "SIGTERM"
+
+
+async def _flow_body_that_is_sent_a_sigterm_from_a_loop_callback() -> str:
+    """A real Prefect flow's body: reclaims SIGTERM as the night's does, then a plain loop callback
+    (not a task's step: asyncio would log and swallow a TerminationSignal raised there) sends it."""
+    import asyncio
+
+    from membersync.flows.interrupt import reclaim_sigterm
+    from prefect.utilities.engine import is_prefect_sigterm_handler_installed
+
+    before = is_prefect_sigterm_handler_installed()
+    reclaim_sigterm()
+    assert before and not is_prefect_sigterm_handler_installed()
+    asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGTERM)
+    await asyncio.sleep(30)
+    return "slept through the signal"
+
+
+def test_case_a_sigterm_inside_a_prefect_flow_goes_to_the_guard_not_to_prefects_handler(
+    prefect_harness: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Case: a SIGTERM that Prefect's handler turns into TerminationSignal inside a loop callback
+    is logged and swallowed by asyncio (a CI run once saw a SIGTERMed night exit 0, committed).
+    Under the guard the flow's body takes SIGTERM back: the loop sees it, the night is stopped."""
+    from membersync.flows import interrupt
+    from membersync.flows.interrupt import Interrupted, run_until_signal
+    from prefect import flow
+
+    monkeypatch.setattr(interrupt, "hard_exit", lambda *_: None)  # the watchdog must not end pytest
+
+    night = flow(name="sigterm-probe", persist_result=False)(
+        _flow_body_that_is_sent_a_sigterm_from_a_loop_callback
+    )
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(Interrupted) as caught:
+            run_until_signal(night(), lambda _signame: None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert caught.value.signal == "SIGTERM"
+    assert not [r for r in caplog.records if "Exception in callback" in r.getMessage()]
