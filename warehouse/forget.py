@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from membersync.models import tables as T
 from membersync.models.mask import MASKED_FIELDS, IdentityMask, hashed_tokens
-from membersync.warehouse.atomic import write_bytes_atomic, write_parquet_atomic
+from membersync.warehouse.atomic import write_bytes_atomic
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.identity import (
     Erasure,
@@ -57,7 +57,8 @@ from membersync.warehouse.identity import (
     write_register,
 )
 from membersync.warehouse.landing import sweep_personal_files
-from membersync.warehouse.manifest import Manifest, TableFiles
+from membersync.warehouse.manifest import Manifest
+from membersync.warehouse.rewrite import TableRewrite
 from membersync.warehouse.shards import remove_shard_areas
 from membersync.warehouse.storage import mirror_reports
 
@@ -285,13 +286,13 @@ def rewrite_files(
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Every committed identity file without the keys' rows, and the other clients' ``extra``
     with ``mask`` applied (a household member, an emergency contact naming the forgotten
-    client); one re-commit per night touched. Returns rows removed and files rewritten, per table."""
+    client); one rewrite per night touched. Returns rows removed and files rewritten, per table.
+    The old files go once the catalogs read the new ones (:func:`finish`: sweep)."""
     wanted = pa.array(sorted(set(keys)), pa.string())
     rows: dict[str, int] = {}
     files: dict[str, int] = {}
     for manifest in zone.manifests():
-        changed = dict(manifest.tables)
-        retired: list[str] = []
+        changes: dict[str, list[TableRewrite]] = {}
         for _, table, relative in identity_files([manifest]):
             data = zone.store.read_table(relative, T.landed(table).schema)
             kept = _without_keys(data, wanted, mask)
@@ -299,16 +300,20 @@ def rewrite_files(
                 continue
             rows[table] = rows.get(table, 0) + data.num_rows - kept.num_rows
             files[table] = files.get(table, 0) + 1
-            replacement = publish_replacement(zone, relative, kept, erasure_id)
-            names = [f for f in changed[table].files if f != relative] + (
-                [replacement] if replacement else []
-            )
-            changed[table] = TableFiles(tuple(names), changed[table].rows - (data.num_rows - kept.num_rows))
-            retired.append(relative)
-        if retired:  # the old files go once the catalogs read the new ones (finish: sweep)
-            recommit(zone, manifest, changed)
+            add = ((_replacement_name(relative, erasure_id), kept),) if kept.num_rows else ()
+            changes.setdefault(table, []).append(TableRewrite((relative,), data.num_rows, add))
+        if changes:
+            zone.rewrite_night(manifest, {t: _merged(c) for t, c in changes.items()})
             crashpoint("forget_after_recommit")
     return rows, files
+
+
+def _merged(changes: list[TableRewrite]) -> TableRewrite:
+    return TableRewrite(
+        tuple(f for c in changes for f in c.retire),
+        sum(c.retired_rows for c in changes),
+        tuple(a for c in changes for a in c.add),
+    )
 
 
 def _without_keys(data: pa.Table, wanted: pa.Array, mask: IdentityMask | None) -> pa.Table:
@@ -319,27 +324,10 @@ def _without_keys(data: pa.Table, wanted: pa.Array, mask: IdentityMask | None) -
     return kept.set_column(index, kept.schema.field(index), mask.array(kept["extra"]))
 
 
-def publish_replacement(zone: Any, relative: str, kept: pa.Table, erasure_id: str) -> str | None:
-    """The kept rows as a new file beside the old one (None when no row is left)."""
-    if kept.num_rows == 0:
-        return None
+def _replacement_name(relative: str, erasure_id: str) -> str:
+    """The kept rows' new file, beside the old one (a name no manifest has used)."""
     old = Path(relative)
-    name = f"{old.stem}-e{erasure_id}.parquet"
-    new_relative = (old.parent / name).as_posix()
-    path = zone.data_dir.landing / new_relative
-    write_parquet_atomic(path, kept)
-    zone.store.publish(path)
-    return new_relative
-
-
-def recommit(zone: Any, manifest: Manifest, tables: dict[str, TableFiles]) -> None:
-    """The night's manifest naming the rewritten files; ``committed_at`` is kept (the night's
-    data did not change for the warehouse: its parts hold no personal data)."""
-    from dataclasses import replace
-
-    zone.store.commit_manifest(
-        replace(manifest, tables=tables), zone.store.manifest_version(manifest.snapshot_date)
-    )
+    return (old.parent / f"{old.stem}-e{erasure_id}.parquet").as_posix()
 
 
 # --- one erasure, start to end --------------------------------------------------------------------

@@ -60,6 +60,7 @@ from membersync.models.tables import (
     QUARANTINE_SCHEMA,
     TYPED_QUARANTINE_SCHEMA,
 )
+from membersync.warehouse import rewrite
 from membersync.warehouse.atomic import (
     TMP_MARK,
     fsync_dir,
@@ -76,6 +77,7 @@ from membersync.warehouse.manifest import (
     TableFiles,
 )
 from membersync.warehouse.paths import DIR_MODE, FILE_MODE, QUARANTINE_DIR, DataDir
+from membersync.warehouse.rewrite import TableRewrite
 from membersync.warehouse.storage import CommitConflict, StoreError, store_for
 
 log = logging.getLogger(__name__)
@@ -230,6 +232,21 @@ class LandingZone:
         else:
             with self.lock():
                 yield
+
+    # -- changing a committed night (besides a night's own commit, the only way: see rewrite) --
+
+    def rewrite_night(
+        self, night: Manifest, changes: Mapping[str, TableRewrite], layout: int | None = None
+    ) -> Manifest:
+        """Publish the files ``changes`` add and re-commit ``night`` naming them in place of the
+        files they retire (:func:`membersync.warehouse.rewrite.rewrite_night`)."""
+        self._require_lock("rewriting a committed night")
+        return rewrite.rewrite_night(self, night, changes, layout)
+
+    def remove_night(self, night: Manifest) -> int:
+        """Un-commit ``night``, then erase its files (:func:`membersync.warehouse.rewrite.remove_night`)."""
+        self._require_lock("removing a committed night")
+        return rewrite.remove_night(self, night)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -26,21 +26,19 @@ import secrets
 import shutil
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from membersync.models import tables as T
 from membersync.models.privacy import land_batch, land_quarantine
-from membersync.warehouse.atomic import write_json_atomic, write_parquet_atomic
+from membersync.warehouse.atomic import write_json_atomic
 from membersync.warehouse.crashpoints import crashpoint
 from membersync.warehouse.identity import ClientKeys
-from membersync.warehouse.manifest import LAYOUT, Manifest, TableFiles
+from membersync.warehouse.manifest import LAYOUT, Manifest
+from membersync.warehouse.rewrite import QUARANTINE, TableRewrite
 
 log = logging.getLogger(__name__)
-
-QUARANTINE = "_quarantine"
 
 
 def migrate_layout(zone: Any) -> int:
@@ -72,25 +70,21 @@ def migrate_night(zone: Any, manifest: Manifest) -> None:
     """One night of the earlier layout, rewritten and re-committed (see the module's docstring)."""
     keys = ClientKeys.load(zone, secrets.token_bytes(16), replacing=None)
     keys.tonight.update(_synced_numbers(zone, manifest))
-    tables: dict[str, list[str]] = defaultdict(list)
-    rows: dict[str, int] = defaultdict(int)
-    quarantine: list[str] = []
+    added: dict[str, list[tuple[str, pa.Table]]] = defaultdict(list)
     for name, files in _batches(manifest).items():
         typed = {t: zone.store.read_table(f, T.table(t).schema) for t, f in files.items() if t != QUARANTINE}
         for table, data in land_batch(typed, keys).items():
-            rows[table] += data.num_rows
-            if data.num_rows:
-                tables[table].append(_publish(zone, manifest, table, name, data))
+            added[table] += [(_new_name(manifest, table, name), data)] if data.num_rows else []
         if QUARANTINE in files:
             bad = land_quarantine(zone.store.read_table(files[QUARANTINE], T.TYPED_QUARANTINE_SCHEMA), keys)
-            quarantine.append(_publish(zone, manifest, QUARANTINE, name, bad))
-    new = replace(
-        manifest,
-        tables={t: TableFiles(tuple(tables.get(t, ())), rows[t]) for t in sorted({*manifest.tables, *rows})},
-        quarantine=TableFiles(tuple(quarantine), manifest.quarantine.rows),
-        layout=LAYOUT,
-    )
-    zone.store.commit_manifest(new, zone.store.manifest_version(manifest.snapshot_date))
+            added[QUARANTINE].append((_new_name(manifest, QUARANTINE, name), bad))
+    before = {**manifest.tables, QUARANTINE: manifest.quarantine}
+    changes = {
+        table: TableRewrite(files.files, files.rows, tuple(added.get(table, ())))
+        for table, files in before.items()
+    }
+    changes.update({t: TableRewrite(add=tuple(a)) for t, a in added.items() if t not in before})
+    zone.rewrite_night(manifest, changes, layout=LAYOUT)
     crashpoint("migrate_after_night")
     _erase(zone, [f for files in _batches(manifest).values() for f in files.values()])
 
@@ -104,14 +98,10 @@ def _synced_numbers(zone: Any, manifest: Manifest) -> list[str]:
     return [n for n in numbers if n is not None]
 
 
-def _publish(zone: Any, manifest: Manifest, table: str, old_name: str, data: pa.Table) -> str:
-    """Write a migrated file under a new name beside the old one; its path relative to landing."""
+def _new_name(manifest: Manifest, table: str, old_name: str) -> str:
+    """A migrated file's name beside the old one, relative to landing (a name never used before)."""
     night = manifest.snapshot_date.isoformat()
-    relative = f"{table}/snapshot_date={night}/{old_name.removesuffix('.parquet')}-v{LAYOUT}.parquet"
-    path = zone.data_dir.landing / relative
-    write_parquet_atomic(path, data)
-    zone.store.publish(path)
-    return relative
+    return f"{table}/snapshot_date={night}/{old_name.removesuffix('.parquet')}-v{LAYOUT}.parquet"
 
 
 def _erase(zone: Any, relatives: Iterable[str]) -> None:

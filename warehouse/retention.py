@@ -34,15 +34,15 @@ import json
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 from membersync.extract.settings import RetentionPolicy
 from membersync.models import tables as T
-from membersync.warehouse.atomic import write_parquet_atomic
-from membersync.warehouse.manifest import Manifest, TableFiles
+from membersync.warehouse.manifest import Manifest
+from membersync.warehouse.rewrite import TableRewrite
 from membersync.warehouse.storage import remove_reports
 
 log = logging.getLogger(__name__)
@@ -190,32 +190,20 @@ def _carried_of(
 
 
 def carry_into(zone: Any, kept: Manifest, rows: dict[str, pa.Table], run_id: str) -> Manifest:
-    """Publish the carried rows as files of the kept night and re-commit its manifest (its
-    ``committed_at`` kept: what the night says did not change). Idempotent by ``run_id``."""
+    """The carried rows as files of the kept night (its ``committed_at`` kept: what the night
+    says did not change). Idempotent by ``run_id``: the files' names hold it."""
     name = f"part-retained-{run_id}.parquet"
-    tables = dict(kept.tables)
-    for table, data in sorted(rows.items()):
-        relative = f"{table}/snapshot_date={kept.snapshot_date.isoformat()}/{name}"
-        files = tables.get(table, TableFiles((), 0))
-        if relative in files.files:
-            continue  # carried by an earlier, interrupted attempt of this run
-        path = zone.data_dir.landing / relative
-        write_parquet_atomic(path, data)
-        zone.store.publish(path)
-        tables[table] = TableFiles((*files.files, relative), files.rows + data.num_rows)
-    updated = replace(kept, tables=tables)
-    if updated != kept:
-        zone.store.commit_manifest(updated, zone.store.manifest_version(kept.snapshot_date))
-    return updated
+    night = kept.snapshot_date.isoformat()
+    changes = {
+        table: TableRewrite(add=((f"{table}/snapshot_date={night}/{name}", data),))
+        for table, data in rows.items()
+    }
+    return zone.rewrite_night(kept, changes)  # type: ignore[no-any-return]
 
 
 def drop_night(zone: Any, manifest: Manifest) -> int:
-    """A removed night's manifest (the commit goes first), then its files and report folder."""
-    files = [f for t in manifest.tables.values() for f in t.files] + list(manifest.quarantine.files)
-    zone.store.remove_manifest(manifest.snapshot_date)
-    erased = zone.store.erase([f"landing/{f}" for f in files])
-    for relative in files:
-        (zone.data_dir.landing / relative).unlink(missing_ok=True)
+    """A removed night: its manifest (the commit goes first), its files, then its report folder."""
+    erased: int = zone.remove_night(manifest)
     remove_reports(zone.data_dir, manifest.snapshot_date.isoformat())
     return erased
 
