@@ -433,3 +433,30 @@ def test_every_mart_and_report_is_in_the_key_test_and_has_no_test_of_its_own() -
         tests = {next(iter(t)) for t in model.get("data_tests", [])}
         assert "primary_key" not in tests, f"{model['name']}: its key is checked by the key test"
     assert not (SQL / "tests" / "generic" / "primary_key.sql").exists()
+
+
+def test_the_truths_cell_text_is_the_exports() -> None:
+    """The truth writes its expected CSV cells with its own copy of the export's rule (it never
+    calls the code it checks): the two agree on every kind of value a report holds."""
+    from decimal import Decimal
+
+    from membersync.warehouse.export import cell_text as exported
+    from truth import cell_text as expected
+
+    values = [
+        None,
+        True,
+        False,
+        Decimal("0.00"),
+        Decimal("-12.50"),
+        Decimal("1E+3"),
+        Decimal("0.0001"),
+        dt.date(2026, 2, 28),
+        dt.datetime(2026, 2, 28, 23, 59, 1),
+        dt.datetime(2026, 2, 28, 0, 0, 0, 5),
+        0,
+        -7,
+        'Céline, "the" store',
+        "",
+    ]
+    assert [expected(v) for v in values] == [exported(v) for v in values]
