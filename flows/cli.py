@@ -10,10 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -420,130 +417,6 @@ def _numbers(text: str, option: str) -> list[float]:
         return [float(x) for x in text.split(",")]
     except ValueError:
         raise UsageError(f"{option} takes numbers separated by commas, got {text!r}") from None
-
-
-@app.command()
-def check(
-    pytest_args: Annotated[list[str] | None, typer.Argument(help="extra arguments for pytest")] = None,
-) -> None:
-    """Run every check: ruff, then mypy beside the whole test suite (a failed mypy stops it)."""
-    raise typer.Exit(run_checks(pytest_args or []))
-
-
-# Debian packages the tests drive as real parts (a browser, an office suite to open the XLSX as a
-# manager would). `membersync check` installs the missing ones when it can (root with apt-get, as on
-# a fresh CI machine); the tests that need them fail with a clear message when they are absent.
-SYSTEM_PACKAGES: dict[str, str] = {  # executable -> Debian package
-    # tests/unit/warehouse/test_warehouse_xlsx.py opens the report workbook in LibreOffice Calc
-    # and reads the PDF;
-    # the -nogui build is the smallest headless soffice with Calc (no X11/GTK).
-    "soffice": "libreoffice-calc-nogui",
-    "pdftotext": "poppler-utils",
-    # tests/unit/flows/test_serve_ui.py opens `membersync serve`'s Prefect UI in headless chromium.
-    "chromium": "chromium",
-    # tests/scenarios/test_work_pool.py runs its Prefect server on PostgreSQL, as a pool of workers should:
-    # on SQLite, 3 workers' writes lock the file and the server drops events ("database is locked").
-    "initdb": "postgresql",
-}
-
-
-def system_executable(name: str) -> str | None:
-    """The path of a system program: on ``PATH``, or where Debian keeps PostgreSQL's servers
-    (``/usr/lib/postgresql/<version>/bin``, not on ``PATH``); ``None`` when absent."""
-    found = shutil.which(name)
-    if found is not None:
-        return found
-
-    def version(bin_dir: Path) -> tuple[int, str]:  # "15" after "9"
-        return len(bin_dir.parent.name), bin_dir.parent.name
-
-    newest_first = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version, reverse=True)
-    candidates = [bin_dir / name for bin_dir in newest_first]
-    return next((str(c) for c in candidates if c.exists()), None)
-
-
-def ensure_system_packages() -> None:
-    missing = sorted({pkg for exe, pkg in SYSTEM_PACKAGES.items() if system_executable(exe) is None})
-    if not missing:
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        err.print(f"[yellow]note:[/] not installing {', '.join(missing)} (needs root and apt-get)")
-        return
-    err.print(f"[bold]== apt-get install {' '.join(missing)}[/]")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    quiet = {"stdout": subprocess.DEVNULL, "env": env}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, **quiet)  # type: ignore[call-overload]
-    subprocess.run(  # type: ignore[call-overload]
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=False, **quiet
-    )
-
-
-# One pytest worker more than this machine's cores (3 on the 2-core build machine): many tests
-# spend their time waiting (rate-limited sandboxes, servers starting, a night's schedule); with
-# one worker per core, the cores were busy 1.6 of 2 on average over a run.
-CHECK_WORKERS = min(3, (os.cpu_count() or 1) + 1)
-
-
-def run_checks(pytest_args: list[str]) -> int:
-    """ruff, then mypy beside pytest: mypy is ~50 s of one core, and the suite leaves a core idle
-    for much longer than that (tests waiting on rate limits and servers). A failed mypy stops
-    the tests at once, so a type error still fails fast."""
-    python = sys.executable
-    ensure_system_packages()
-    for label, cmd in (
-        ("ruff", [python, "-m", "ruff", "check", "."]),
-        ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
-    ):
-        err.print(f"[bold]== {label}[/]")
-        if subprocess.run(cmd, cwd=REPO_ROOT).returncode != 0:
-            err.print(f"[bold red]{label} failed[/]")
-            return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        # mypy sees the repository's fixed layout as the package membersync (as installed).
-        pkg = Path(tmp) / "membersync"
-        pkg.mkdir()
-        for name in ("extract", "models", "flows", "warehouse"):
-            os.symlink(REPO_ROOT / name, pkg / name)
-        mypy_cmd = [python, "-m", "mypy", "--cache-dir", str(REPO_ROOT / ".mypy_cache")]
-        mypy_cmd += ["--namespace-packages", "--explicit-package-bases", "-p", "membersync"]
-        err.print("[bold]== mypy and pytest[/] (mypy's verdict follows when it is done)")
-        mypy = subprocess.Popen(
-            mypy_cmd,
-            cwd=REPO_ROOT,
-            env={**os.environ, "MYPYPATH": tmp},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        tests = subprocess.Popen([python, "-m", "pytest", *_pytest_workers(), *pytest_args], cwd=REPO_ROOT)
-        typing_report, _ = mypy.communicate()
-        err.print("[bold]== mypy[/]")
-        err.print(typing_report.strip(), markup=False, highlight=False)
-        if mypy.returncode != 0:
-            err.print("[bold red]mypy failed[/]: stopping pytest")
-            _stop_tests(tests)
-            return 1
-        return tests.wait()
-
-
-def _pytest_workers() -> list[str]:
-    # A test file at a time per worker: module fixtures (a Prefect harness, a scenario's nights)
-    # are made once, and files that share a resource stay apart.
-    # --no-loadscope-reorder keeps tests/conftest.py's LONGEST_FIRST order (xdist would otherwise
-    # hand out the files with the most tests first, whatever their length).
-    if CHECK_WORKERS < 2:
-        return []
-    return ["-n", str(CHECK_WORKERS), "--dist", "loadfile", "--no-loadscope-reorder"]
-
-
-def _stop_tests(tests: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C for pytest (its workers and fixtures clean up), then a kill if it does not stop."""
-    tests.send_signal(signal.SIGINT)
-    try:
-        tests.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        tests.kill()
-        tests.wait()
 
 
 def main() -> None:

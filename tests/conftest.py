@@ -175,7 +175,7 @@ def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 
 
 # The longest files first (measured: the slowest tests of a CI run), so that the workers
-# (`membersync check` runs pytest-xdist with --dist loadfile) finish together instead of one
+# (`tests/checks.py` runs pytest-xdist with --dist loadfile) finish together instead of one
 # starting a 5-minute file when the others are nearly done. Order only: every test still runs.
 # (The reliability scenarios are three files for that reason: in one file they were ~11 minutes,
 # longer than half the suite, on one worker.)

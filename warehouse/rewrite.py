@@ -36,6 +36,7 @@ class LandingZone(Protocol):
     data_dir: DataDir
     store: Store
 
+
 QUARANTINE = "_quarantine"  # the key of a night's quarantine in a rewrite's changes
 
 

@@ -3,7 +3,7 @@
 Prefect's guidance: SQLite for one user, PostgreSQL once several workers write at once. On SQLite
 the work-pool test's 3 workers (and their runs' events) lock the file; the server then drops
 events ("database is locked"), among them the heartbeats its zombie automation reads, and marks
-live runs Crashed. The server runs from Debian's ``postgresql`` package (``membersync check``
+live runs Crashed. The server runs from Debian's ``postgresql`` package (``tests/checks.py``
 installs it), as the ``postgres`` user when the tests run as root (PostgreSQL refuses root), in a
 fresh data directory with ``fsync`` off (a test database), stopped and removed at the end.
 """
@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from membersync.flows.cli import system_executable
 from membersync.flows.schedule import free_port
+from system import system_executable
 
 USER = "prefect"
 

@@ -37,7 +37,7 @@ def chromium_path() -> str:
     path = shutil.which("chromium")
     if path is None:
         pytest.fail(
-            "chromium is not installed: `membersync check` installs it (SYSTEM_PACKAGES in flows/cli.py; "
+            "chromium is not installed: `tests/checks.py` installs it (tests/support/system.py; "
             "needs root), or run `apt-get install -y chromium`"
         )
     return path

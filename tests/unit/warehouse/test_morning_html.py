@@ -55,7 +55,7 @@ def chromium_path() -> str:
     if path is None:
         pytest.fail(
             "chromium is not installed: the morning report's browser test needs Debian's chromium "
-            "(`apt-get install -y chromium`, as root; `membersync check` installs SYSTEM_PACKAGES)"
+            "(`apt-get install -y chromium`, as root; `tests/checks.py` installs SYSTEM_PACKAGES)"
         )
     return path
 

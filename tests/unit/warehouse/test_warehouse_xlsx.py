@@ -5,7 +5,7 @@ as the CSVs), then opened by a real spreadsheet: LibreOffice converts it to PDF 
 text must show client numbers with their leading zeros, accented names, money with 2 decimals.
 
 LibreOffice (``soffice``) and ``pdftotext`` are required: without them these tests FAIL (they
-are Debian packages that ``membersync check`` installs, see ``SYSTEM_PACKAGES``).
+are Debian packages that ``tests/checks.py`` installs, see ``SYSTEM_PACKAGES``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import pytest
 import warehouse_scenario as sc
 import yaml
 from membersync.extract.settings import ServiceSettings
-from membersync.flows.cli import SYSTEM_PACKAGES
 from membersync.flows.nightly import SyncOptions, run_night
 from membersync.warehouse.build import build_warehouse
 from membersync.warehouse.export import REPORT_NAMES, REPORTS, export_reports, report_path, workbook_path
@@ -33,6 +32,7 @@ from membersync.warehouse.paths import DataDir
 from openpyxl.worksheet.worksheet import Worksheet
 from pydantic import SecretStr
 from repo_root import REPO
+from system import SYSTEM_PACKAGES
 from warehouse_scenario import land_scenario, read_csv
 
 NIGHT = sc.NIGHTS[1]
@@ -347,7 +347,7 @@ def require_tool(executable: str) -> str:
     if path is None:
         pytest.fail(
             f"{executable} is not installed: it is in the Debian package {SYSTEM_PACKAGES[executable]} "
-            f"(`membersync check` installs it when run as root; or apt-get install it)",
+            f"(`tests/checks.py` installs it when run as root; or apt-get install it)",
             pytrace=False,
         )
     return path
