@@ -144,7 +144,7 @@ class Span:
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """``MEMBERSYNC_RETENTION``: how long history is kept (warehouse/retention.py). None: kept."""
+    """``MEMBERSYNC_RETENTION``: how long history is kept (warehouse/lifecycle/retention.py). None: kept."""
 
     daily: Span | None = None  # older nights are thinned to month-end nights
     monthly: Span | None = None  # older nights are removed
@@ -311,7 +311,7 @@ class Settings(BaseSettings):
         description="Apprise URLs (comma or space separated) told when a night fails or the warehouse "
         "is stale",
     )
-    # -- personal data (warehouse/identity.py, warehouse/forget.py, warehouse/retention.py)
+    # -- personal data (warehouse/lifecycle/: identity.py, forget.py, retention.py)
     erasure_key_file: Text = Field(
         None,
         description="the erasure register's key, outside the data location (default "
@@ -322,7 +322,7 @@ class Settings(BaseSettings):
         description="history kept by business date, e.g. `daily=400d,monthly=7y,identity=3y`; "
         "unset: everything",
     )
-    # -- per-store reports for store managers (warehouse/reports.py, flows/notify.py)
+    # -- per-store reports for store managers (warehouse/exports/reports.py, flows/notify.py)
     store_reports: Flag = Field(
         False,
         description="`on`: each night also writes each store's own folder "
@@ -334,7 +334,7 @@ class Settings(BaseSettings):
         "lines), or "
         "`@path` of a file of them",
     )
-    # -- fault injection for the reliability tests (warehouse/crashpoints.py)
+    # -- fault injection for the reliability tests (warehouse/landing/crashpoints.py)
     crash_at: Text = Field(
         None, description="the reliability tests' fault injection; never set it in production"
     )

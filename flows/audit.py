@@ -40,10 +40,10 @@ from membersync.flows import batches as B
 from membersync.models import tables as T
 from membersync.models.coerce import TimezoneLookup
 from membersync.models.mask import IdentityMask
-from membersync.warehouse.atomic import write_json_atomic
-from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.storage import refresh_mirror
+from membersync.warehouse.landing.atomic import write_json_atomic
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.storage import refresh_mirror
 
 AUDITED_TABLES: tuple[str, ...] = (
     "clients",
@@ -147,8 +147,8 @@ def read_holdings(zone: Any) -> Holdings:
     """Every client any committed night synced, with those nights (``synced_clients`` of each
     manifest: only committed files are read, never a night being written), and the mask a
     night would land their text with."""
-    from membersync.warehouse.identity import erasure_key, identity_mask, read_links, read_register
-    from membersync.warehouse.storage import store_for
+    from membersync.warehouse.landing.storage import store_for
+    from membersync.warehouse.lifecycle.identity import erasure_key, identity_mask, read_links, read_register
 
     data_dir = zone.data_dir
 

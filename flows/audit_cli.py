@@ -20,8 +20,8 @@ from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows import nightly
 from membersync.models.coerce import TimezoneLookup
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.table_print import print_table
+from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ def choose(known: list[str], wanted: int | None, options: A.AuditOptions, seed: 
 
 def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
     from membersync.extract.errors import ServiceError
-    from membersync.warehouse.identity import ErasureKeyError
-    from membersync.warehouse.landing import AlreadyRunning
+    from membersync.warehouse.landing.zone import AlreadyRunning
+    from membersync.warehouse.lifecycle.identity import ErasureKeyError
 
     try:
         wanted = parse_clients(clients)
@@ -75,7 +75,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
     label = f"on-demand-{started:%Y%m%dT%H%M%SZ}"
     try:
         with nightly.holding_lock(data_dir) as zone:  # the re-sync queue is shared with the nightly sync
-            from membersync.warehouse.upkeep import upkeep
+            from membersync.warehouse.lifecycle.upkeep import upkeep
 
             upkeep(zone)
             holdings = A.read_holdings(zone)

@@ -247,7 +247,7 @@ def report_html(
     ] = None,
 ) -> None:
     """Write the night's HTML morning report (DATA_DIR/reports/<night>/morning_report_<night>.html)."""
-    from membersync.warehouse.morning import run_report_html_cli
+    from membersync.warehouse.exports.morning import run_report_html_cli
 
     night = guarded(lambda: parse_date(date))
     raise typer.Exit(guarded(lambda: run_report_html_cli(night)))

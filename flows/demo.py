@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 
 from membersync.extract.settings import Settings
-from membersync.warehouse.paths import DEFAULT_DATA_DIR, DataDir
-from membersync.warehouse.table_print import print_table
+from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
 from rich.console import Console
 
 out = Console(highlight=False)
@@ -73,7 +73,7 @@ def run_demo(clients: int = 300) -> int:
 
 def show_landing(data_dir: DataDir, night: dt.date) -> None:
     """Where the night landed: Parquet per table, manifest, warehouse, reports."""
-    from membersync.warehouse.manifest import manifest_path, read_manifest
+    from membersync.warehouse.landing.manifest import manifest_path, read_manifest
 
     manifest = read_manifest(data_dir.manifests, night)
     if manifest is None:
@@ -103,7 +103,7 @@ def show_landing(data_dir: DataDir, night: dt.date) -> None:
 def _show_report(data_dir: DataDir, night: dt.date, limit: int = 12) -> None:
     """The first rows of one report as its CSV holds them, through the CLI's one table printer
     (typed values, so an amount is never cut to fit the terminal)."""
-    from membersync.warehouse.export import REPORTS, open_at_night, read_report
+    from membersync.warehouse.exports.export import REPORTS, open_at_night, read_report
 
     report = REPORTS[PEEK_REPORT]
     with open_at_night(data_dir, night) as (con, night):

@@ -5,7 +5,7 @@
 - ``docs/reports.md``: every report and identified-tier model, its grain, key and columns, from
   the dbt project's YAML (``sql/reports/*.yml``, ``sql/identity/*.yml``);
 - ``docs/personal-data.md``: every place under the data dir and its tier (the grant list), from
-  :data:`membersync.warehouse.paths.PLACES`.
+  :data:`membersync.warehouse.landing.paths.PLACES`.
 
     python -m membersync.flows.docs_tables          # write them
     python -m membersync.flows.docs_tables --check  # exit 1 when a file is not what it would write
@@ -43,7 +43,7 @@ def configuration_table() -> str:
 
 def places_table() -> str:
     """One row per place under the data dir: its tier and what it holds."""
-    from membersync.warehouse.paths import PLACES
+    from membersync.warehouse.landing.paths import PLACES
 
     rows = ["| under the data dir | tier | what |", "|---|---|---|"]
     rows += [f"| `{p.path}` | {p.tier} | {p.holds} |" for p in PLACES]
@@ -64,7 +64,7 @@ def _shown(value: Any) -> str:
 
 def reports_catalogue() -> str:
     """Every report (schema ``reports``) and identified-tier model: grain, key, columns."""
-    from membersync.warehouse.dbt_run import SQL_DIR, model_yaml
+    from membersync.warehouse.build.dbt_run import SQL_DIR, model_yaml
 
     sections = []
     for entry in model_yaml(SQL_DIR):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from membersync.extract.settings import Settings, SettingsError
 from membersync.flows.notify import NOTIFY_ENV, Notifier
-from membersync.warehouse import freshness
-from membersync.warehouse.manifest import ManifestError
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing import freshness
+from membersync.warehouse.landing.manifest import ManifestError
+from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 out = Console(highlight=False)

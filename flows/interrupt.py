@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from membersync.warehouse.atomic import alive
+from membersync.warehouse.landing.atomic import alive
 
 T = TypeVar("T")
 EXIT_INTERRUPTED = 130

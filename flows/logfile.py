@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from membersync.extract import redact
-from membersync.warehouse.paths import FILE_MODE, DataDir
+from membersync.warehouse.landing.paths import FILE_MODE, DataDir
 from rich.console import Console
 
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"

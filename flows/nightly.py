@@ -52,10 +52,10 @@ from membersync.flows import batches as B
 from membersync.flows import nightgc
 from membersync.flows.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
-from membersync.warehouse.atomic import write_json_atomic
-from membersync.warehouse.manifest import foreign_tenant
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.shards import add_counts, request_counts, status_counts
+from membersync.warehouse.landing.atomic import write_json_atomic
+from membersync.warehouse.landing.manifest import foreign_tenant
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.shards import add_counts, request_counts, status_counts
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def holding_lock(data_dir: DataDir) -> Iterator[Any]:
     "already running" at once, not after the ephemeral server's start); the flow then asks
     again in the same process and gets the same, already locked, zone.
     """
-    from membersync.warehouse.landing import LandingZone
+    from membersync.warehouse.landing.zone import LandingZone
 
     key = data_dir.root.resolve()
     with _held_guard:
@@ -338,7 +338,7 @@ class NightRun:
         refusal = foreign_tenant(((m.snapshot_date, m.tenant) for m in self.zone.manifests()), self.tenant)
         if refusal is not None:
             raise SettingsError(refusal)
-        from membersync.warehouse.upkeep import upkeep
+        from membersync.warehouse.lifecycle.upkeep import upkeep
 
         upkeep(self.zone)  # the earlier layout migrated, pending erasures finished, before anything lands
         state = self.zone.state()
@@ -609,9 +609,9 @@ class NightRun:
             self.summary.build = "skipped (disabled)"
             return
         self.progress.phase("warehouse build")
-        from membersync.warehouse.build import build_warehouse
-        from membersync.warehouse.reports import export_night
-        from membersync.warehouse.storage import refresh_mirror
+        from membersync.warehouse.build.builder import build_warehouse
+        from membersync.warehouse.exports.reports import export_night
+        from membersync.warehouse.landing.storage import refresh_mirror
 
         await asyncio.to_thread(refresh_mirror, self.data_dir)  # s3:// location: the committed files
         await asyncio.to_thread(build_warehouse, self.data_dir)
@@ -632,7 +632,7 @@ class NightRun:
         policy = self.options.retention
         if policy is None or policy.keeps_everything:
             return
-        from membersync.warehouse.retention import apply_retention
+        from membersync.warehouse.lifecycle.retention import apply_retention
 
         outcome = apply_retention(self.zone, policy)
         self.summary.retention = (

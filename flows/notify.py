@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from membersync.extract import redact
 from membersync.extract.settings import Settings, SettingsError, env_name
-from membersync.warehouse.freshness import Freshness, hours
+from membersync.warehouse.landing.freshness import Freshness, hours
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from membersync.flows import nightly
 from membersync.flows.interrupt import reclaim_sigterm
 from membersync.flows.nightly import NightRun, StepRunner, SyncOptions, drive, holding_lock, unwrap
 from membersync.flows.notify import Notifier, resume_command
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 

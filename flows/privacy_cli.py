@@ -1,4 +1,5 @@
-"""``membersync forget``: erase people's identity from every layer (:mod:`membersync.warehouse.forget`).
+"""``membersync forget``: erase people's identity from every layer
+(:mod:`membersync.warehouse.lifecycle.forget`).
 
 Exit codes like ``sync``: 0 done, 1 the work failed or another command holds the data dir
 (without ``--wait``), 2 bad input (no client number, an unreadable file, a bad setting).
@@ -11,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from membersync.extract.settings import Settings, SettingsError, UsageError
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.table_print import print_table
+from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from membersync.warehouse.forget import Outcome, Plan, Target
-    from membersync.warehouse.retention import RetentionOutcome
+    from membersync.warehouse.lifecycle.forget import Outcome, Plan, Target
+    from membersync.warehouse.lifecycle.retention import RetentionOutcome
 
 log = logging.getLogger(__name__)
 err = Console(stderr=True, highlight=False)
@@ -49,11 +50,11 @@ def client_numbers(numbers: list[str], from_file: Path | None) -> list[str]:
 def run_forget_cli(
     numbers: list[str], from_file: Path | None, reason: str, dry_run: bool, wait: bool, exact: bool = False
 ) -> int:
-    from membersync.warehouse import forget as F
-    from membersync.warehouse.identity import ErasureKeyError, erasure_key
-    from membersync.warehouse.landing import AlreadyRunning, LandingZone
-    from membersync.warehouse.storage import StoreError, refresh_mirror
-    from membersync.warehouse.upkeep import upkeep
+    from membersync.warehouse.landing.storage import StoreError, refresh_mirror
+    from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
+    from membersync.warehouse.lifecycle import forget as F
+    from membersync.warehouse.lifecycle.identity import ErasureKeyError, erasure_key
+    from membersync.warehouse.lifecycle.upkeep import upkeep
 
     wanted = client_numbers(numbers, from_file)
     try:
@@ -101,7 +102,7 @@ def _dry_key(zone: Any) -> bytes:
     wrong, the dry run fails as the real one would), else, before any erasure, a throwaway one."""
     import secrets
 
-    from membersync.warehouse.identity import erasure_key, read_register
+    from membersync.warehouse.lifecycle.identity import erasure_key, read_register
 
     register = read_register(zone.store)
     if register.erasures or register.key_check is not None:
@@ -110,7 +111,7 @@ def _dry_key(zone: Any) -> bytes:
 
 
 def _values(zone: Any, targets: list[Target]) -> list[str]:
-    from membersync.warehouse import forget as F
+    from membersync.warehouse.lifecycle import forget as F
 
     return F.identity_values(zone, [t.key for t in targets if t.held])
 
@@ -157,12 +158,12 @@ def show_outcome(outcome: Outcome, already: int = 0) -> None:
 
 def run_retention_cli(dry_run: bool, wait: bool) -> int:
     """``membersync retention``: apply ``MEMBERSYNC_RETENTION`` now (or list what it would remove)."""
-    from membersync.warehouse.build import BuildError, build_warehouse
-    from membersync.warehouse.identity import ErasureKeyError
-    from membersync.warehouse.landing import AlreadyRunning, LandingZone
-    from membersync.warehouse.retention import RetentionRefused, apply_retention, check_clock
-    from membersync.warehouse.storage import StoreError, refresh_mirror
-    from membersync.warehouse.upkeep import upkeep
+    from membersync.warehouse.build.builder import BuildError, build_warehouse
+    from membersync.warehouse.landing.storage import StoreError, refresh_mirror
+    from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
+    from membersync.warehouse.lifecycle.identity import ErasureKeyError
+    from membersync.warehouse.lifecycle.retention import RetentionRefused, apply_retention, check_clock
+    from membersync.warehouse.lifecycle.upkeep import upkeep
 
     try:
         config = Settings.load()

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows.notify import Notifier
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from membersync.flows import logfile, nightgc, nightly
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.notify import Notifier, resume_command
 from membersync.flows.progress import NullProgress, Progress, RichProgress
-from membersync.warehouse.manifest import foreign_tenant
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.table_print import print_table
+from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.manifest import foreign_tenant
+from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def _fail(message: str, code: int) -> int:
 def run_sync_cli(
     night: dt.date | None, full: bool = False, progress: bool = True, force: bool = False
 ) -> int:
-    from membersync.warehouse.landing import AlreadyRunning
+    from membersync.warehouse.landing.zone import AlreadyRunning
 
     started = time.monotonic()
     try:
@@ -102,8 +102,8 @@ class _SyncSetup:
 
 def _refusal(setup: _SyncSetup, night: dt.date, force: bool) -> str | None:
     """Why this night must not run at this data location (one line), or None."""
-    from membersync.warehouse.identity import ErasureKeyError, erasure_key, read_register
-    from membersync.warehouse.landing import LandingZone
+    from membersync.warehouse.landing.zone import LandingZone
+    from membersync.warehouse.lifecycle.identity import ErasureKeyError, erasure_key, read_register
 
     zone = LandingZone(setup.data_dir, erasure_key_file=setup.config.erasure_key_file)
     refusal = check_night(night, zone.state().committed, dt.date.today(), force)

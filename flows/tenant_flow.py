@@ -42,7 +42,7 @@ from typing import Any
 
 from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
-from membersync.warehouse.shards import ShardPlan
+from membersync.warehouse.landing.shards import ShardPlan
 from prefect import flow
 
 log = logging.getLogger(__name__)
@@ -328,8 +328,8 @@ async def tenant_shard(tenant: str, night: dt.date, run_id: str, shard: int) -> 
     from membersync.extract.settings import ServiceSettings
     from membersync.flows.nightly import prepare_prefect_env
     from membersync.flows.shards import land_shard
-    from membersync.warehouse.paths import DataDir
-    from membersync.warehouse.shards import ShardArea
+    from membersync.warehouse.landing.paths import DataDir
+    from membersync.warehouse.landing.shards import ShardArea
 
     prepare_prefect_env()
     worker = Settings.load()

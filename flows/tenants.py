@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from membersync.extract.settings import SettingsError
-from membersync.warehouse.manifest import TENANT_ENV
+from membersync.warehouse.landing.manifest import TENANT_ENV
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -292,7 +292,7 @@ def _data_dir(body: Mapping[str, Any], base: Path, here: str, errors: list[str])
         if "data_dir" not in body:
             errors.append(f"{here}: missing data_dir (a local path or s3://bucket/prefix)")
     elif "://" in data_text:
-        from membersync.warehouse.paths import DataDir
+        from membersync.warehouse.landing.paths import DataDir
 
         try:
             data_dir = DataDir.remote_location(data_text, "/nonexistent").location

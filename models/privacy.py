@@ -19,7 +19,7 @@ emails. Before anything is written, :func:`land_batch` turns it into what lands
 * quarantined rows carry the key, and their raw JSON and reason lose every personal value.
 
 Everything here is a pure function of the batch and the key book: the landing zone
-(:mod:`membersync.warehouse.landing`) owns the book and calls :func:`land_batch` in
+(:mod:`membersync.warehouse.landing.zone`) owns the book and calls :func:`land_batch` in
 ``write_batch``, so no path lands a client number outside the identity table.
 """
 
@@ -42,7 +42,7 @@ _REASON_COLUMN = re.compile(r"^([a-z0-9_]+)(\[\d+\])?: ")
 
 
 class KeyBook(Protocol):
-    """What landing asks of the keys (:class:`membersync.warehouse.identity.ClientKeys`)."""
+    """What landing asks of the keys (:class:`membersync.warehouse.lifecycle.identity.ClientKeys`)."""
 
     mask: IdentityMask  # every identity value known: the held clients', the night's, the forgotten's
 

@@ -13,7 +13,7 @@
   ``fresh_sandbox`` with the reliability scenarios' fixed anchor date (``reliability.ANCHOR``).
 
 Each pytest process (each xdist worker) gets a user cache of its own (``XDG_CACHE_HOME``,
-inherited by the processes it starts): dbt's parse cache (``warehouse/dbt_run.py``) starts empty
+inherited by the processes it starts): dbt's parse cache (``warehouse/build/dbt_run.py``) starts empty
 in every run of the suite and is shared by that worker's builds only, never with the machine's
 user or another run.
 """
@@ -158,7 +158,7 @@ def _answers(url: str, process: subprocess.Popen[bytes], timeout: float) -> bool
 
 @pytest.fixture
 def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    from membersync.warehouse.storage import s3_filesystem
+    from membersync.warehouse.landing.storage import s3_filesystem
 
     env = {
         "AWS_ENDPOINT_URL": s3_endpoint,

@@ -178,7 +178,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chart_gift_certificates_sold",
-        "warehouse/morning.py",
+        "warehouse/exports/morning.py",
         '("gift_certificate_liability_by_store", "outstanding")',
         '("gift_certificate_liability_by_store", "sold")',
         (
@@ -218,7 +218,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "workbook_machine_headings",
-        "warehouse/workbook.py",
+        "warehouse/exports/workbook.py",
         "for col, heading in enumerate(table.headings):\n        sheet.write_string(HEADER_ROW",
         "for col, heading in enumerate(table.header):\n        sheet.write_string(HEADER_ROW",
         ("tests/unit/warehouse/test_warehouse_xlsx.py",),
@@ -308,7 +308,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- the landing --------------------------------------------------------------------------------
     Mutation(
         "landing_keeps_replaced",
-        "warehouse/landing.py",
+        "warehouse/landing/zone.py",
         "                        _remove(entry)  # the replaced files of an earlier run of this night",
         "                        pass  # the replaced files of an earlier run of this night",
         ("tests/unit/warehouse/test_landing.py::test_rerun_of_a_night_replaces_it_without_duplicates",),
@@ -316,7 +316,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "landing_incomplete_commit",
-        "warehouse/landing.py",
+        "warehouse/landing/zone.py",
         "    if got != expected:",
         "    if got < 0:",
         ("tests/scenarios/test_resume.py",),
@@ -406,7 +406,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- privacy: forget, retention, secrets -----------------------------------------------------------
     Mutation(
         "forget_keeps_old_files",
-        "warehouse/forget.py",
+        "warehouse/lifecycle/forget.py",
         "    sweep_personal_files(zone.data_dir)  # ... so the old ones go",
         "    pass  # ... so the old ones go",
         (
@@ -416,7 +416,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "forget_no_reexport",
-        "warehouse/forget.py",
+        "warehouse/lifecycle/forget.py",
         '    reports = reexport(zone.data_dir, erasure.plan.get("reports", []))',
         "    reports: list[str] = []",
         (
@@ -426,7 +426,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "retention_month_ends",
-        "warehouse/retention.py",
+        "warehouse/lifecycle/retention.py",
         "or (daily_from is not None and n < daily_from and n not in month_ends)",
         "or (daily_from is not None and n < daily_from)",
         (
@@ -436,7 +436,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "retention_off_by_one",
-        "warehouse/retention.py",
+        "warehouse/lifecycle/retention.py",
         "if (monthly_from is not None and n < monthly_from)",
         "if (monthly_from is not None and n <= monthly_from)",
         (
@@ -460,7 +460,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- the morning report's charts ------------------------------------------------------------
     Mutation(
         "chart_active_is_frozen",
-        "warehouse/morning.py",
+        "warehouse/exports/morning.py",
         '"members": int(r["active"])',
         '"members": int(r["frozen"])',
         (HTML + "::test_case_every_chart_plots_the_report_rows",),
@@ -468,7 +468,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chart_mrr_of_the_night_before",
-        "warehouse/morning.py",
+        "warehouse/exports/morning.py",
         '"SELECT snapshot_date, store_name, mrr FROM reports.mrr_by_store "',
         '"SELECT snapshot_date, store_name, previous_mrr AS mrr FROM reports.mrr_by_store "',
         (HTML + "::test_case_every_chart_plots_the_report_rows",),
@@ -476,7 +476,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chart_debt_area_on_one_night",
-        "warehouse/morning.py",
+        "warehouse/exports/morning.py",
         "(_base(rows).mark_bar() if one_night else _base(rows).mark_area())",
         "_base(rows).mark_area()",
         (HTML + "::test_case_the_first_night_s_debt_chart_draws_the_money_owed",),
@@ -485,7 +485,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- privacy that fails closed (issue 59) -----------------------------------------------------
     Mutation(
         "tiers_unchecked",
-        "warehouse/build.py",
+        "warehouse/build/builder.py",
         "    _check_tiers(run)\n",
         "",
         (ATTACKS + "::test_case_12_the_build_refuses_a_model_declared_in_the_wrong_tier",),
@@ -493,7 +493,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "reader_file_access_on",
-        "warehouse/catalog.py",
+        "warehouse/build/catalog.py",
         '        "SET enable_external_access = false",\n',
         "",
         (
@@ -504,7 +504,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "key_made_again",
-        "warehouse/identity.py",
+        "warehouse/lifecycle/identity.py",
         "    key = read_key(path, create=create and not started)",
         "    key = read_key(path, create=create)",
         (ATTACKS + "::test_case_2_a_lost_or_other_key_is_refused_once_the_register_has_an_erasure",),

@@ -18,16 +18,16 @@ from typing import Any
 import duckdb
 from membersync.extract.settings import Settings, UsageError
 from membersync.models.tables import PERSONAL_COLUMNS
-from membersync.warehouse.build import BuildError, BuildInputError, build_warehouse, committed_nights
-from membersync.warehouse.catalog import ReaderRefused, check_reads_only, open_reader
-from membersync.warehouse.export import ExportError, cell_text, check_report_names, export_reports
-from membersync.warehouse.identity import ErasureKeyError
-from membersync.warehouse.landing import AlreadyRunning, LandingZone
-from membersync.warehouse.manifest import ManifestError
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.storage import StoreError, publish_reports, refresh_mirror
-from membersync.warehouse.table_print import print_table
-from membersync.warehouse.upkeep import upkeep
+from membersync.warehouse.build.builder import BuildError, BuildInputError, build_warehouse, committed_nights
+from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
+from membersync.warehouse.exports.export import ExportError, cell_text, check_report_names, export_reports
+from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.manifest import ManifestError
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.storage import StoreError, publish_reports, refresh_mirror
+from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
+from membersync.warehouse.lifecycle.identity import ErasureKeyError
+from membersync.warehouse.lifecycle.upkeep import upkeep
 from rich.console import Console
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def _identity_hint(error: str) -> str:
 
 def run_docs_cli() -> int:
     """Generate dbt's docs site of the warehouse under the data dir and say where it is."""
-    from membersync.warehouse.docs import DocsError, generate_docs
+    from membersync.warehouse.build.docs import DocsError, generate_docs
 
     data_dir = _data_dir()
     try:
@@ -166,7 +166,7 @@ def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> i
 
 def run_reader_setup_cli(identified: bool = False) -> int:
     """Print the statements that make a DuckDB connection a reader of a tier (for a BI tool)."""
-    from membersync.warehouse.catalog import reader_settings
+    from membersync.warehouse.build.catalog import reader_settings
 
     data_dir = _data_dir()
     tier = "identified" if identified else "analyst"

@@ -36,7 +36,7 @@ docs/benchmarks.md (earlier ones: ``git log``).
       python -m membersync.flows.benchmarks.coerce [--clients N] [--per-client K] [--batch B]
 
 - :mod:`.build`: one night's warehouse build as history accumulates, on the synthetic history
-  of :mod:`membersync.warehouse.synthetic`::
+  of :mod:`membersync.flows.benchmarks.synthetic`::
 
       python -m membersync.flows.benchmarks.build --clients 5000 --night 2 --night 30 --night 90
 

@@ -1,6 +1,6 @@
 """Benchmark of one night's warehouse build as history accumulates (not a test).
 
-For each night K asked, the synthetic history (:mod:`membersync.warehouse.synthetic`) is landed up
+For each night K asked, the synthetic history (:mod:`membersync.flows.benchmarks.synthetic`) is landed up
 to night K - 2 and built, then night K - 1 and built (neither measured: the second is incremental,
 as every production build after the first), then night K is landed and **its** build is measured
 in a child process: wall time, peak RSS (the child's own ``VmHWM``: Python, DuckDB and dbt
@@ -24,17 +24,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from membersync.warehouse.build import committed_nights
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import History, generate
+from membersync.flows.benchmarks.synthetic import History, generate
+from membersync.warehouse.build.builder import committed_nights
+from membersync.warehouse.landing.paths import DataDir
 
 # The child reports its own peak RSS: VmHWM of its address space after exec. (wait4's ru_maxrss
 # would not do: Linux carries the high-water mark of the forking parent's memory over exec, and
 # this parent holds the whole synthetic history: it inflated every figure before 2026-11-23.)
 CHILD = (
     "import json, sys\n"
-    "from membersync.warehouse.build import build_warehouse\n"
-    "from membersync.warehouse.paths import DataDir\n"
+    "from membersync.warehouse.build.builder import build_warehouse\n"
+    "from membersync.warehouse.landing.paths import DataDir\n"
     "result = build_warehouse(DataDir(__import__('pathlib').Path(sys.argv[1])))\n"
     "status = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
     "sys.stdout.write(json.dumps({'peak_kb': int(status), 'phases': result.phases}) + '\\n')\n"

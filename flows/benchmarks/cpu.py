@@ -39,7 +39,7 @@ from pathlib import Path
 
 from membersync.flows.benchmarks import flame
 from membersync.flows.benchmarks.sync import PASSWORD, USERNAME, Measured, run_child, sandbox_process
-from membersync.warehouse.paths import DEFAULT_DATA_DIR
+from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR
 
 # Run in the measured `membersync sync` process: records wall time and the process tree's CPU
 # when the night's configuration step (its first data request) starts.

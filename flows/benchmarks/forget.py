@@ -3,7 +3,7 @@ follows the identity files, not the history.
 
     python -m membersync.flows.benchmarks.forget --clients 100000 --nights 365 --forget 1 --forget 100
 
-Lands the synthetic history (:mod:`membersync.warehouse.synthetic`: the first night every client,
+Lands the synthetic history (:mod:`membersync.flows.benchmarks.synthetic`: the first night every client,
 then ``--rate`` of them a day, each with its whole history), builds the warehouse once, then runs
 ``membersync forget`` as a whole process for each size in turn (other clients each time, seeded),
 and reports its wall time and the bytes it wrote (files new after it, under ``landing/`` and the
@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from membersync.warehouse.build import build_warehouse, committed_nights
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import generate
+from membersync.flows.benchmarks.synthetic import generate
+from membersync.warehouse.build.builder import build_warehouse, committed_nights
+from membersync.warehouse.landing.paths import DataDir
 
 
 @dataclass(frozen=True)

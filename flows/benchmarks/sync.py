@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 from membersync.flows.schedule import free_port, stop_process
-from membersync.warehouse.table_print import TableRows, print_table
+from membersync.warehouse.exports.table_print import TableRows, print_table
 from rich.console import Console
 
 out = Console(highlight=False)
@@ -199,7 +199,7 @@ def child_main(prefect: bool) -> int:
 
     from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows import nightly
-    from membersync.warehouse.paths import DataDir
+    from membersync.warehouse.landing.paths import DataDir
 
     config = Settings.load()
     settings = ServiceSettings.from_settings(config)
@@ -438,7 +438,7 @@ def rate_cell(
         if data_dir is not None:
             run_child(url, prefect=False, timeout=3600, extra_env=env, data_dir=data_dir)
             from membersync.flows.nightly import remembered_rate
-            from membersync.warehouse.paths import DataDir
+            from membersync.warehouse.landing.paths import DataDir
 
             started_at = remembered_rate(DataDir(data_dir))
             if started_at is None:
@@ -732,7 +732,7 @@ def run_history_cost(clients: int, change_share: float = 0.05) -> int:
     from membersync.extract.client import ServiceClient
     from membersync.extract.settings import ServiceSettings
     from membersync.flows.nightly import SyncOptions, run_night
-    from membersync.warehouse.paths import DataDir
+    from membersync.warehouse.landing.paths import DataDir
     from pydantic import SecretStr
 
     today = dt.date.today()

@@ -40,7 +40,7 @@ from membersync.flows.benchmarks.sync import (
     run_child,
     sandbox_process,
 )
-from membersync.warehouse.table_print import print_table
+from membersync.warehouse.exports.table_print import print_table
 
 LINE_SHARE, LINE_429, GOAL_SHARE = 0.93, 0.01, 0.97
 UNGATED_BURST = 1.0  # reported, not gated (see the module's docstring)

@@ -25,9 +25,9 @@ from membersync.extract.sandbox import data
 from membersync.flows import batches as B
 from membersync.models import coerce
 from membersync.models import tables as T
-from membersync.warehouse.catalog import LINEAGE
-from membersync.warehouse.dbt_run import model_yaml
-from membersync.warehouse.export import REPORTS
+from membersync.warehouse.build.catalog import LINEAGE
+from membersync.warehouse.build.dbt_run import model_yaml
+from membersync.warehouse.exports.export import REPORTS
 
 SQL = Path(__file__).resolve().parents[2] / "sql"
 
@@ -440,7 +440,7 @@ def test_the_truths_cell_text_is_the_exports() -> None:
     calls the code it checks): the two agree on every kind of value a report holds."""
     from decimal import Decimal
 
-    from membersync.warehouse.export import cell_text as exported
+    from membersync.warehouse.exports.export import cell_text as exported
     from truth import cell_text as expected
 
     values = [

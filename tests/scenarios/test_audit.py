@@ -33,8 +33,8 @@ from membersync.flows import nightly
 from membersync.flows.audit_cli import AuditUsageError, _audit, parse_clients
 from membersync.flows.nightly import with_queued
 from membersync.models import tables as T
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.manifest import read_manifest
+from membersync.warehouse.landing.manifest import read_manifest
+from membersync.warehouse.landing.zone import LandingZone
 from reliability import Outcome, Workspace
 
 # Three nights, the last one tomorrow (the latest night a sync accepts); data up to the first.
@@ -200,7 +200,7 @@ def test_queued_clients_join_the_discovery_without_moving_the_watermark() -> Non
 
 
 def test_queue_is_owner_only_and_forgets_only_synced_clients(tmp_path: Path) -> None:
-    from membersync.warehouse.paths import DataDir
+    from membersync.warehouse.landing.paths import DataDir
 
     data_dir = DataDir(tmp_path / "data")
     result = A.AuditResult(

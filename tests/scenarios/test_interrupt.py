@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 from conftest_prefect import prefect_harness  # noqa: F401  (module fixture)
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.manifest import read_manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.manifest import read_manifest
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import LandingZone
 from nights import sync_env, truth_counts
 from repo_root import REPO
 

@@ -21,13 +21,13 @@ import truth
 from conftest import SECRET, s3_prefix  # the moto S3 fixtures (s3_endpoint, aws_env) live in conftest
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.models.tables import LANDED_BY_NAME as BY_NAME
-from membersync.warehouse.landing import LandingError, LandingZone
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.storage import ObjectStore, s3_filesystem
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.storage import ObjectStore, s3_filesystem
+from membersync.warehouse.landing.zone import LandingError, LandingZone
 from reliability import Workspace, inspect
 
 NIGHT = dt.datetime.now(dt.UTC).date()
-CHARTS_DRAWN = 10  # every chart of the morning report (warehouse/morning.py read_charts), drawn
+CHARTS_DRAWN = 10  # every chart of the morning report (warehouse/exports/morning.py read_charts), drawn
 
 
 def s3_workspace(root: Path, sandbox: RunningSandbox, location: str, aws: dict[str, str]) -> Workspace:
@@ -135,7 +135,7 @@ def test_duckdb_reads_the_bucket_through_a_registered_fsspec_filesystem(
     tmp_root: Path, aws_env: dict[str, str]
 ) -> None:
     from landing_batches import land_night
-    from membersync.warehouse.storage import duckdb_connect
+    from membersync.warehouse.landing.storage import duckdb_connect
 
     location = s3_prefix("duck")
     data_dir = DataDir.remote_location(location, str(tmp_root / "work"))

@@ -21,7 +21,7 @@ from membersync.flows.benchmarks.sync import PASSWORD as SANDBOX_PASSWORD
 from membersync.flows.benchmarks.sync import USERNAME as SANDBOX_USERNAME
 from membersync.flows.benchmarks.sync import sandbox_process
 from membersync.flows.nightly import NightRun, SyncOptions, remembered_rate, run_night
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
 from nights import settings_for
 
 TODAY = dt.date.today()

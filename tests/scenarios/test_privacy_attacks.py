@@ -26,8 +26,8 @@ from canaries import IDENTITIES, add_canaries, plant_identity_elsewhere
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
 from membersync.models import tables as T
 from membersync.models.privacy import land_quarantine
-from membersync.warehouse.identity import ClientKeys
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.lifecycle.identity import ClientKeys
 from privacy_scan import Canary, scan_files, texts_of
 from reliability import ANCHOR, Workspace
 
@@ -182,7 +182,7 @@ def test_case_1_an_ordinary_analyst_query_still_works(built: Workspace) -> None:
 def test_case_1_a_bi_tool_given_the_reader_setup_is_held_to_the_same_folders(built: Workspace) -> None:
     """Case 1, BI tools: a DuckDB connection that runs what `--reader-setup` prints reads the
     reports and cannot read the identity, nor undo the setup."""
-    from membersync.warehouse.catalog import reader_settings
+    from membersync.warehouse.build.catalog import reader_settings
 
     outcome = run(built, "sql", "--reader-setup")
     assert outcome.status == 0, outcome.describe()
@@ -206,8 +206,8 @@ def test_case_1_a_bi_tool_given_the_reader_setup_is_held_to_the_same_folders(bui
 
 def test_case_11_every_folder_a_reader_may_read_is_declared_analyst() -> None:
     """Case 11: the reader's folders and the documented grant list are one declaration."""
-    from membersync.warehouse.catalog import reader_directories
-    from membersync.warehouse.paths import PLACES
+    from membersync.warehouse.build.catalog import reader_directories
+    from membersync.warehouse.landing.paths import PLACES
 
     data_dir = DataDir(Path("/data"))
     analyst = {p.path for p in PLACES if p.tier == "analyst"}
@@ -448,8 +448,8 @@ def test_case_12_the_build_refuses_a_model_declared_in_the_wrong_tier(
 ) -> None:
     """Case 12: an analyst model reading the identity, and a stored part carrying per-person
     data, each fail the build naming the model; nothing is published."""
-    from membersync.warehouse.build import BuildCheckError, build_warehouse
-    from membersync.warehouse.dbt_run import SQL_DIR
+    from membersync.warehouse.build.builder import BuildCheckError, build_warehouse
+    from membersync.warehouse.build.dbt_run import SQL_DIR
 
     project = tmp_path / "sql"
     shutil.copytree(SQL_DIR, project, ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"))
@@ -533,7 +533,7 @@ def test_case_6_a_shard_area_goes_with_every_version_of_every_object(
     """Case 6: a sharded night's area in a versioned bucket (raw numbers and names) is removed
     for good: no version of any of its objects is left."""
     from conftest import BUCKET
-    from membersync.warehouse.shards import ShardArea
+    from membersync.warehouse.landing.shards import ShardArea
     from privacy_scan import object_versions, s3_client
 
     location = versioned("shards")

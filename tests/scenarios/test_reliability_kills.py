@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import truth
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.warehouse.crashpoints import POINTS
-from membersync.warehouse.manifest import manifest_path
+from membersync.warehouse.landing.crashpoints import POINTS
+from membersync.warehouse.landing.manifest import manifest_path
 from reliability import (
     ANCHOR,
     KILL_WITH_PREFECT,

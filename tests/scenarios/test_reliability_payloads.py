@@ -273,7 +273,7 @@ def test_night_with_untypeable_rows_commits_and_names_them(tmp_root: Path) -> No
         assert outcome.summary_value("rows: quarantined") == "2", outcome.stdout
         manifest = json.loads((ws.data_dir.manifests / f"{ANCHOR}.json").read_text())
         assert manifest["quarantine"]["rows"] == 2, manifest["quarantine"]
-        from membersync.warehouse.landing import LandingZone
+        from membersync.warehouse.landing.zone import LandingZone
 
         raw = LandingZone(ws.data_dir).read("_quarantine", ANCHOR).to_pylist()
         assert {r["table_name"] for r in raw} >= {"memberships"}, raw

@@ -1164,7 +1164,7 @@ def test_case_a_late_void_of_a_gift_certificate_sale(run: Run) -> None:
 
 def drawn_charts(run: Run, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]]]:
     """The last night's morning-report charts as drawn: each chart's value field -> its points."""
-    from membersync.warehouse import export, morning
+    from membersync.warehouse.exports import export, morning
 
     specs: dict[str, list[dict[str, Any]]] = {}
 
@@ -1184,7 +1184,7 @@ def test_case_the_morning_report_plots_what_is_owed_to_clients(
 ) -> None:
     """The morning report's charts of package liability and gift certificates outstanding plot,
     for every night and store, the report's rows: the last night's equal to the truth."""
-    from membersync.warehouse import export
+    from membersync.warehouse.exports import export
 
     specs = drawn_charts(run, monkeypatch)
     last = run.nights[-1]

@@ -20,9 +20,9 @@ from typing import Any
 import pyarrow as pa
 from landed import synced_numbers
 from membersync.models import tables as T
-from membersync.warehouse.landing import LandingError, LandingZone
-from membersync.warehouse.manifest import read_manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.manifest import read_manifest
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import LandingError, LandingZone
 from nights import sync_env
 from repo_root import REPO
 

@@ -28,10 +28,10 @@ from landed import synced_numbers
 from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows.nightly import NightRun, SyncOptions, direct_steps, drive, holding_lock
 from membersync.flows.shards import fan_out
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.shards import ShardArea, ShardPlan, assign
-from membersync.warehouse.storage import s3_filesystem
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.shards import ShardArea, ShardPlan, assign
+from membersync.warehouse.landing.storage import s3_filesystem
+from membersync.warehouse.landing.zone import LandingZone
 from nights import sync_env
 from repo_root import REPO
 from truth import assert_night_exact

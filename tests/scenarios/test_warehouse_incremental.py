@@ -18,11 +18,11 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from membersync.warehouse.build import TMP_PREFIX, build_warehouse
-from membersync.warehouse.catalog import parts_dir, warehouse_dir
-from membersync.warehouse.export import REPORT_NAMES, export_reports
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import FIRST_NIGHT, STORES, History, Sale, land_night
+from membersync.flows.benchmarks.synthetic import FIRST_NIGHT, STORES, History, Sale, land_night
+from membersync.warehouse.build.builder import TMP_PREFIX, build_warehouse
+from membersync.warehouse.build.catalog import parts_dir, warehouse_dir
+from membersync.warehouse.exports.export import REPORT_NAMES, export_reports
+from membersync.warehouse.landing.paths import DataDir
 from repo_root import REPO
 
 CLIENTS = 40
@@ -243,8 +243,8 @@ def test_case_a_sale_moved_to_another_day_and_store_leaves_its_old_group(tmp_pat
 
 CRASHER = (
     "import sys, pathlib\n"
-    "from membersync.warehouse.build import build_warehouse\n"
-    "from membersync.warehouse.paths import DataDir\n"
+    "from membersync.warehouse.build.builder import build_warehouse\n"
+    "from membersync.warehouse.landing.paths import DataDir\n"
     "build_warehouse(DataDir(pathlib.Path(sys.argv[1])))\n"
 )
 

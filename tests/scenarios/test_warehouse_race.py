@@ -16,12 +16,12 @@ from pathlib import Path
 import duckdb
 import pytest
 import warehouse_scenario as sc
-from membersync.warehouse import build as build_module
-from membersync.warehouse.build import BuildStaleError, build_warehouse
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.manifest import read_manifests
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import write_night
+from membersync.flows.benchmarks.synthetic import write_night
+from membersync.warehouse.build import builder as build_module
+from membersync.warehouse.build.builder import BuildStaleError, build_warehouse
+from membersync.warehouse.landing.manifest import read_manifests
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import LandingZone
 from repo_root import REPO
 
 N1, N2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)

@@ -43,8 +43,8 @@ from membersync.flows.tenant_flow import (
     rate_limit_name,
     wait_final,
 )
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import LandingZone
 from truth import assert_night_exact
 
 BIN = Path(sys.executable).parent

@@ -10,7 +10,7 @@ import datetime as dt
 
 import pyarrow as pa
 from membersync.models.coerce import BatchBuilder, quarantine_table
-from membersync.warehouse.landing import LandingZone
+from membersync.warehouse.landing.zone import LandingZone
 
 
 def members(first: int, count: int, client: str = "000417") -> tuple[dict[str, pa.Table], pa.Table]:

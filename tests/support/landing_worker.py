@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from membersync.models.coerce import BatchBuilder, quarantine_table
-from membersync.warehouse.landing import LandingWriteError, LandingZone
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import LandingWriteError, LandingZone
 
 
 def batch_items(batch: int, rows: int) -> list[dict[str, object]]:

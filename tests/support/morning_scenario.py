@@ -1,6 +1,7 @@
 """A month (and some) of simulated nights for the morning reports, and their truth in plain Python.
 
-The nights are landed through the real landing zone (:func:`membersync.warehouse.synthetic.write_night`),
+The nights are landed through the real landing zone
+(:func:`membersync.flows.benchmarks.synthetic.write_night`),
 deterministically (seeded). Each night a few clients change: freezes, unfreezes, holds,
 cancellations, expiries, upgrades, downgrades, new memberships, a move to another store, payments
 (some to zero or credit), new debt, a ledger row that vanishes, sales, a late void; the changed
@@ -24,8 +25,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import write_night
+from membersync.flows.benchmarks.synthetic import write_night
+from membersync.warehouse.landing.paths import DataDir
 
 D = Decimal
 DOWNTOWN = "DOWNTOWN  "

@@ -36,9 +36,9 @@ from typing import Any
 import pyarrow.parquet as pq
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.models.tables import LANDED_BY_NAME as BY_NAME
-from membersync.warehouse.landing import awaiting_sweep_file
-from membersync.warehouse.manifest import read_manifests
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.manifest import read_manifests
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import awaiting_sweep_file
 
 TESTS = Path(__file__).resolve().parent
 MEMBERSYNC = Path(sys.executable).parent / "membersync"

@@ -16,8 +16,8 @@ import sys
 from membersync.extract.client import ClientOptions
 from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows.shards import land_shard
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.shards import ShardArea
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.shards import ShardArea
 
 
 def main() -> None:

@@ -35,10 +35,10 @@ def _preload() -> None:
     import membersync.flows.cli
     import membersync.flows.nightly
     import membersync.flows.sync_cli
-    import membersync.warehouse.build
+    import membersync.warehouse.build.builder
     import membersync.warehouse.cli
-    import membersync.warehouse.export
-    import membersync.warehouse.landing  # noqa: F401
+    import membersync.warehouse.exports.export
+    import membersync.warehouse.landing.zone  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
     _import_report_stack()
@@ -60,7 +60,8 @@ def _warm_dbt() -> None:
     import threading
     from pathlib import Path
 
-    from membersync.warehouse import build, dbt_run
+    from membersync.warehouse.build import builder as build
+    from membersync.warehouse.build import dbt_run
 
     with tempfile.TemporaryDirectory(prefix="zygote-dbt-") as tmp:
         for incremental in (False, True):

@@ -83,7 +83,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from membersync.extract.sandbox import model as m
     from membersync.extract.sandbox.state import Service
-    from membersync.warehouse.paths import DataDir
+    from membersync.warehouse.landing.paths import DataDir
 
 Row = dict[str, Any]
 Reports = dict[str, list[Row]]
@@ -749,7 +749,7 @@ def warehouse_reports(data_dir: DataDir, night: dt.date, names: Iterable[str] = 
     """The report rows of ``night`` as the warehouse holds them (opened read-only): the reports
     managers get, so the identified tier's (top debtors with client numbers and names)."""
     import duckdb
-    from membersync.warehouse.export import REPORTS
+    from membersync.warehouse.exports.export import REPORTS
 
     out: Reports = {}
     with contextlib.closing(duckdb.connect(str(data_dir.identified_db), read_only=True)) as con:

@@ -23,7 +23,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
 
 D = Decimal
 NIGHTS = (dt.date(2026, 3, 1), dt.date(2026, 3, 2), dt.date(2026, 3, 3))
@@ -525,7 +525,7 @@ BOM = b"\xef\xbb\xbf"
 
 def land_scenario(data_dir: DataDir, nights: int = 3) -> dict[dt.date, dict[str, list[dict[str, Any]]]]:
     """The scenario's first ``nights`` nights landed as committed nights (two parts each)."""
-    from membersync.warehouse.synthetic import write_night
+    from membersync.flows.benchmarks.synthetic import write_night
 
     landed = landed_nights()
     for n, night in enumerate(NIGHTS[:nights]):

@@ -18,7 +18,7 @@ from membersync.extract.client import ClientOptions
 from membersync.extract.settings import SECRET_SETTINGS, ServiceSettings, Settings, SettingsError, env_name
 from membersync.flows.audit import AuditOptions
 from membersync.flows.nightly import SyncOptions
-from membersync.warehouse.paths import DEFAULT_DATA_DIR, DataDir
+from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
 from repo_root import REPO
 
 PRODUCT = ("extract", "models", "flows", "warehouse")
@@ -91,7 +91,7 @@ def _reads_environment(node: ast.AST, constants: dict[str, str]) -> str | None:
 
 
 # Read where they act, by design: the reliability tests' fault injection (set per child process).
-READ_IN_PLACE = {"warehouse/crashpoints.py": {"MEMBERSYNC_CRASH_AT"}}
+READ_IN_PLACE = {"warehouse/landing/crashpoints.py": {"MEMBERSYNC_CRASH_AT"}}
 
 
 def test_no_module_but_settings_reads_a_membersync_variable() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import truth
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.paths import DataDir
 
 CLIENTS = 40
 COMMAND = [sys.executable, "-m", "membersync.flows.cli"]

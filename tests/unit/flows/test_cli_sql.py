@@ -23,11 +23,11 @@ from pathlib import Path
 import duckdb
 import pytest
 import warehouse_scenario as sc
+from membersync.flows.benchmarks.synthetic import write_night
 from membersync.flows.cli import UsageError, app, parse_date
-from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import write_night
-from membersync.warehouse.table_print import print_table
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.paths import DataDir
 from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
@@ -295,7 +295,7 @@ def test_defect52_4_the_demo_peek_at_80_columns_never_cuts_an_amount(
     demo._show_report(data_dir, night)
     text = out.file.getvalue()  # type: ignore[attr-defined]
     assert "…" not in text and all(cell_len(line) <= 80 for line in text.splitlines()), text
-    from membersync.warehouse.export import REPORTS, open_at_night, read_report
+    from membersync.warehouse.exports.export import REPORTS, open_at_night, read_report
 
     with open_at_night(data_dir, night) as (con, night):
         shown = read_report(con, REPORTS[demo.PEEK_REPORT], night).rows[:12]

@@ -32,7 +32,7 @@ def test_every_setting_and_every_report_is_in_the_generated_tables() -> None:
     assert all(f"`{env_name(name)}`" in table for name in Settings.model_fields)
     assert all(Settings.model_fields[name].description for name in Settings.model_fields)
     catalogue = docs_tables.reports_catalogue()
-    from membersync.warehouse.export import REPORTS
+    from membersync.warehouse.exports.export import REPORTS
 
     for report in REPORTS.values():
         assert f"### `{report.source}`" in catalogue, report.source

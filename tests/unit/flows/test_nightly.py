@@ -25,9 +25,9 @@ from landed import read_numbered, synced_numbers
 from membersync.flows import batches as B
 from membersync.flows.nightly import SyncOptions, run_night
 from membersync.models import tables as T
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.manifest import read_manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.manifest import read_manifest
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import LandingZone
 from nights import settings_for, sync_env, truth_counts
 from repo_root import REPO
 

@@ -24,11 +24,11 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 from membersync.extract.settings import Settings, SettingsError
+from membersync.flows.benchmarks.synthetic import write_night
 from membersync.flows.notify import Notifier, night_failed_message, split_urls, tenant_name
-from membersync.warehouse import freshness
-from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import write_night
+from membersync.warehouse.landing import freshness
+from membersync.warehouse.landing.manifest import Manifest, manifest_path, read_manifest
+from membersync.warehouse.landing.paths import DataDir
 from receiver import HOOK_TOKEN, PASSWORD, USERNAME, Received, Receiver, base_env, membersync
 from repo_root import REPO
 from serving import running_serve

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.flows.tenants import TenantsFileError, load_tenants
-from membersync.warehouse.manifest import foreign_tenant, read_manifest
+from membersync.warehouse.landing.manifest import foreign_tenant, read_manifest
 from reliability import Workspace
 
 MEMBERSYNC = Path(sys.executable).parent / "membersync"

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from membersync.warehouse.atomic import TMP_MARK, alive, write_file_atomic
+from membersync.warehouse.landing.atomic import TMP_MARK, alive, write_file_atomic
 
 # A writer that opens its temporary (named as tmp_name names it: its own pid) and hangs there.
 _HANGING_WRITER = """

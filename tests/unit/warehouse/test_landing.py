@@ -24,16 +24,16 @@ import pyarrow.parquet as pq
 import pytest
 from landing_batches import land_night, members
 from membersync.models.coerce import BatchBuilder, quarantine_table
-from membersync.warehouse import landing as landing_mod
-from membersync.warehouse.landing import (
+from membersync.warehouse.landing import zone as landing_mod
+from membersync.warehouse.landing.manifest import read_manifests
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import (
     AlreadyRunning,
     LandingError,
     LandingWriteError,
     LandingZone,
     SavedPlan,
 )
-from membersync.warehouse.manifest import read_manifests
-from membersync.warehouse.paths import DataDir
 from repo_root import REPO
 
 WORKER = REPO / "tests" / "support" / "landing_worker.py"
@@ -353,8 +353,8 @@ def test_secrets_never_reach_any_written_file(zone: LandingZone) -> None:
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from membersync.warehouse.landing import LandingZone
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.zone import LandingZone
+from membersync.warehouse.landing.paths import DataDir
 with LandingZone(DataDir(Path(sys.argv[1]))).lock():
     print("locked", flush=True)
     sys.stdin.readline()

@@ -24,8 +24,8 @@ import openpyxl
 import pyarrow.parquet as pq
 import pytest
 from membersync.extract.sandbox.server import SandboxConfig, start_in_thread
-from membersync.warehouse.manifest import read_manifests
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.manifest import read_manifests
+from membersync.warehouse.landing.paths import DataDir
 from repo_root import REPO
 
 OLD_COMMIT = "cc7923d"  # the newest commit whose landing kept client numbers and identity in every table
@@ -137,7 +137,7 @@ def same_page(old: str, new: str, *, first_night: bool) -> bool:
 def same_sheets(old: Path, new: Path) -> bool:
     """Every sheet of the earlier workbook is in the new one, cell for cell (value and format),
     below the new title line and with each column name read as its heading."""
-    from membersync.warehouse.export import REPORTS
+    from membersync.warehouse.exports.export import REPORTS
 
     headings = {r.sheet: r.headings for r in REPORTS.values()}
 

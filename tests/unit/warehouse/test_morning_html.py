@@ -21,9 +21,9 @@ from typing import Any
 
 import morning_scenario as ms
 import pytest
-from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.morning import morning_report_path, write_morning_report
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.exports.morning import morning_report_path, write_morning_report
+from membersync.warehouse.landing.paths import DataDir
 from playwright.sync_api import ConsoleMessage, Error, Request
 
 CHROMIUM_ARGS = [
@@ -118,7 +118,7 @@ def test_case_the_report_is_one_file_where_the_night_says(report) -> None:
 def test_case_every_chart_is_valid_vega_lite(report, monkeypatch: pytest.MonkeyPatch) -> None:
     """Case: a night's report renders its charts without validating their Vega-Lite specs (~0.2 s of
     CPU per report); every spec of the scenario's charts is validated against the schema here."""
-    from membersync.warehouse import export, morning
+    from membersync.warehouse.exports import export, morning
 
     data_dir, _, _ = report
     validated: list[dict[str, Any]] = []
@@ -198,7 +198,7 @@ def test_case_the_report_in_chromium_draws_every_chart_and_requests_nothing_else
 
 def _plotted(data_dir: DataDir, night: dt.date, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
     """Each chart's Vega-Lite spec as the report would render it, by what it plots."""
-    from membersync.warehouse import export, morning
+    from membersync.warehouse.exports import export, morning
 
     specs: dict[str, dict[str, Any]] = {}
 
@@ -218,7 +218,7 @@ def _plotted(data_dir: DataDir, night: dt.date, monkeypatch: pytest.MonkeyPatch)
 def _expected_points(truth: ms.Truth, night: dt.date) -> dict[str, dict[tuple[str, str], Decimal]]:
     """What each chart must plot over the trend window ending ``night``, from the scenario's
     landed rows (plain Python): keyed by (night or day, bucket or store)."""
-    from membersync.warehouse.morning import BUCKETS, TREND_NIGHTS
+    from membersync.warehouse.exports.morning import BUCKETS, TREND_NIGHTS
 
     first = night - dt.timedelta(days=TREND_NIGHTS - 1)
     nights = [n for n in truth.nights if first <= n <= night]

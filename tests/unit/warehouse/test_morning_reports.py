@@ -20,9 +20,9 @@ from typing import Any
 import duckdb
 import morning_scenario as ms
 import pytest
-from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.export import export_reports, report_path
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.exports.export import export_reports, report_path
+from membersync.warehouse.landing.paths import DataDir
 
 NIGHT_KEYED = ("balance_aging_by_store", "membership_roll_forward", "mrr_by_store", "store_scorecard")
 SUMMED = {

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 from membersync.extract.settings import RetentionPolicy, Span, parse_retention
-from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.export import export_reports
-from membersync.warehouse.manifest import read_manifests
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.retention import plan_nights
-from membersync.warehouse.synthetic import generate, write_night
+from membersync.flows.benchmarks.synthetic import generate, write_night
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.exports.export import export_reports
+from membersync.warehouse.landing.manifest import read_manifests
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.lifecycle.retention import plan_nights
 from repo_root import REPO
 
 FIRST = dt.date(2025, 1, 1)

@@ -18,8 +18,8 @@ from urllib.parse import quote
 import openpyxl
 import truth
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.warehouse.export import REPORT_NAMES
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.exports.export import REPORT_NAMES
+from membersync.warehouse.landing.paths import DataDir
 from receiver import PASSWORD, USERNAME, Receiver, base_env, membersync
 
 NIGHT = dt.date.today()

@@ -14,16 +14,16 @@ from pathlib import Path
 import duckdb
 import pytest
 import warehouse_scenario as sc
-from membersync.warehouse.build import (
+from membersync.flows.benchmarks.synthetic import write_night
+from membersync.warehouse.build.builder import (
     BuildCheckError,
     BuildInputError,
     BuildResult,
     build_warehouse,
     load_models,
 )
-from membersync.warehouse.export import REPORTS
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import write_night
+from membersync.warehouse.exports.export import REPORTS
+from membersync.warehouse.landing.paths import DataDir
 
 
 def land_scenario(data_dir: DataDir) -> dict[dt.date, dict[str, list[dict]]]:
@@ -440,7 +440,7 @@ def test_case_the_parse_is_shared_by_data_dirs_and_processes_and_a_changed_model
     """Case: dbt's parse lives in one folder per project and vars under the user's cache, so a
     process new to a data dir (here: this process with its in-memory parses forgotten) re-parses
     nothing; a model changed since is parsed again (dbt's own partial parsing), never served stale."""
-    from membersync.warehouse import dbt_run
+    from membersync.warehouse.build import dbt_run
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     sql_dir = tmp_path / "sql"

@@ -12,10 +12,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from membersync.warehouse.build import build_warehouse, load_models
-from membersync.warehouse.docs import DocsError, docs_dir, generate_docs, model_count
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import FIRST_NIGHT, History, land_night
+from membersync.flows.benchmarks.synthetic import FIRST_NIGHT, History, land_night
+from membersync.warehouse.build.builder import build_warehouse, load_models
+from membersync.warehouse.build.docs import DocsError, docs_dir, generate_docs, model_count
+from membersync.warehouse.landing.paths import DataDir
 
 
 def test_docs_site_documents_every_model_with_its_columns_and_tests(tmp_path: Path) -> None:

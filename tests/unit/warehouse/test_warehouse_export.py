@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 import warehouse_scenario as sc
+from membersync.flows.benchmarks.synthetic import write_night
 from membersync.flows.cli import app
-from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.export import (
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.exports.export import (
     REPORT_NAMES,
     UnknownReportError,
     export_reports,
@@ -23,8 +24,7 @@ from membersync.warehouse.export import (
     render_csv,
     report_path,
 )
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.synthetic import write_night
+from membersync.warehouse.landing.paths import DataDir
 from typer.testing import CliRunner
 from warehouse_scenario import BOM, land_scenario, read_csv
 

@@ -26,9 +26,15 @@ import warehouse_scenario as sc
 import yaml
 from membersync.extract.settings import ServiceSettings
 from membersync.flows.nightly import SyncOptions, run_night
-from membersync.warehouse.build import build_warehouse
-from membersync.warehouse.export import REPORT_NAMES, REPORTS, export_reports, report_path, workbook_path
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.exports.export import (
+    REPORT_NAMES,
+    REPORTS,
+    export_reports,
+    report_path,
+    workbook_path,
+)
+from membersync.warehouse.landing.paths import DataDir
 from openpyxl.worksheet.worksheet import Worksheet
 from pydantic import SecretStr
 from repo_root import REPO

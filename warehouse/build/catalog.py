@@ -37,9 +37,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from membersync.models.tables import LANDED, QUARANTINE_SCHEMA, LandedTable
-from membersync.warehouse.atomic import alive
-from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.paths import QUARANTINE_DIR, DataDir
+from membersync.warehouse.landing.atomic import alive
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.paths import QUARANTINE_DIR, DataDir
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ Horizons count back from the newest committed night (a business date, not the cl
 * ``monthly``: nights older than it are **removed**;
 * ``identity``: a client with no activity for that long (``marts.client_activity``: no
   membership running, no balance, no sale, payment or points movement since) is **forgotten**
-  (:mod:`membersync.warehouse.forget`).
+  (:mod:`membersync.warehouse.lifecycle.forget`).
 
 Unset (the default), everything is kept. Applied after each committed night and by
 ``membersync retention [--dry-run]``.
@@ -18,7 +18,7 @@ of a removed night that a later night still relies on are **carried** into the n
 (one file per table, named by the run of retention) before the removed night goes: the kept
 nights' state is then whole on its own, and a full rebuild from the landing zone finds it. Then
 the removed nights' manifests, files (every version, on ``s3://``) and report folders go, and the
-warehouse drops their rows from its parts (:func:`membersync.warehouse.build.prune_nights`):
+warehouse drops their rows from its parts (:func:`membersync.warehouse.build.builder.prune_nights`):
 every report of a night kept stays as it was built, and the monthly figures
 (``reports.membership_roll_forward_mtd``) of a thinned month outlive its daily nights.
 
@@ -41,9 +41,9 @@ import duckdb
 import pyarrow as pa
 from membersync.extract.settings import RetentionPolicy
 from membersync.models import tables as T
-from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.rewrite import TableRewrite
-from membersync.warehouse.storage import remove_reports
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.rewrite import TableRewrite
+from membersync.warehouse.landing.storage import remove_reports
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ def _starts(nights: NightPlan) -> dict[str, str | None]:
 
 
 def _inactive(zone: Any, policy: RetentionPolicy, newest: dt.date) -> list[str]:
-    from membersync.warehouse.identity import read_links
+    from membersync.warehouse.lifecycle.identity import read_links
 
     if policy.identity is None:
         return []
@@ -322,7 +322,7 @@ def _inactive(zone: Any, policy: RetentionPolicy, newest: dt.date) -> list[str]:
 
 def _finish(zone: Any, journal: Journal) -> dict[str, int]:
     """Carry, remove, prune, forget: the pending run to its end (idempotent)."""
-    from membersync.warehouse.build import prune_nights
+    from membersync.warehouse.build.builder import prune_nights
 
     pending = journal.pending or {}
     removed = {dt.date.fromisoformat(n) for n in pending.get("removed", [])}
@@ -351,8 +351,8 @@ def _finish(zone: Any, journal: Journal) -> dict[str, int]:
 
 def _forget_inactive(zone: Any, pending: dict[str, Any]) -> None:
     """The identity horizon: the inactive clients forgotten like ``membersync forget`` does."""
-    from membersync.warehouse import forget as F
-    from membersync.warehouse.identity import client_hmac, erasure_key, read_links
+    from membersync.warehouse.lifecycle import forget as F
+    from membersync.warehouse.lifecycle.identity import client_hmac, erasure_key, read_links
 
     keys = set(pending.get("forget") or [])
     if not keys:

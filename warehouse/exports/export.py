@@ -12,7 +12,7 @@
 - each file written atomically (temporary file, fsync, rename), readable by its owner only.
 
 ``DATA_DIR/reports/YYYY-MM-DD/reports_YYYY-MM-DD.xlsx`` holds the same rows (one sheet per report,
-see :mod:`membersync.warehouse.workbook`): a spreadsheet opens it without losing the leading zeros
+see :mod:`membersync.warehouse.exports.workbook`): a spreadsheet opens it without losing the leading zeros
 of client numbers or the second decimal of money, which it does with a CSV.
 
 ``revenue_by_store_day`` has no night of its own: its file holds every business day of the
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from membersync.warehouse.atomic import write_file_atomic
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.report_table import Report, ReportTable, TotalRow
-from membersync.warehouse.workbook import render_workbook
+from membersync.warehouse.exports.report_table import Report, ReportTable, TotalRow
+from membersync.warehouse.exports.workbook import render_workbook
+from membersync.warehouse.landing.atomic import write_file_atomic
+from membersync.warehouse.landing.paths import DataDir
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ A CSV loses what a spreadsheet guesses wrong (client number ``000718`` becomes `
   keeps the TOTAL last), columns as wide as their content, TOTAL rows bold;
 - printed landscape, fit to the page width, the title and header repeated on every page.
 
-The rows come from :func:`membersync.warehouse.export.read_report`, the same as the CSV's. The
+The rows come from :func:`membersync.warehouse.exports.export.read_report`, the same as the CSV's. The
 workbook's creation time is the night, so a rerun on the same data writes identical bytes.
 """
 
@@ -32,7 +32,7 @@ from xlsxwriter.format import Format
 from xlsxwriter.worksheet import Worksheet
 
 if TYPE_CHECKING:
-    from membersync.warehouse.report_table import ReportTable
+    from membersync.warehouse.exports.report_table import ReportTable
 
 MONEY_FORMAT = "#,##0.00"
 RATE_FORMAT = "0.0000"

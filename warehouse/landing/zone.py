@@ -1,6 +1,6 @@
 """The landing zone: Parquet per table and night, published atomically, one sync at a time.
 
-Layout (see :mod:`membersync.warehouse.paths`)::
+Layout (see :mod:`membersync.warehouse.landing.paths`)::
 
     landing/<table>/snapshot_date=D/part-<run_id>-<batch>.parquet     published (named by a manifest)
     landing/_quarantine/snapshot_date=D/part-<run_id>-<batch>.parquet rows that could not be typed
@@ -60,8 +60,8 @@ from membersync.models.tables import (
     QUARANTINE_SCHEMA,
     TYPED_QUARANTINE_SCHEMA,
 )
-from membersync.warehouse import rewrite
-from membersync.warehouse.atomic import (
+from membersync.warehouse.landing import rewrite
+from membersync.warehouse.landing.atomic import (
     TMP_MARK,
     fsync_dir,
     make_dirs,
@@ -70,15 +70,15 @@ from membersync.warehouse.atomic import (
     write_bytes_atomic,
     write_chunks_atomic,
 )
-from membersync.warehouse.crashpoints import crashpoint
-from membersync.warehouse.identity import ClientKeys
-from membersync.warehouse.manifest import (
+from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.manifest import (
     Manifest,
     TableFiles,
 )
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE, QUARANTINE_DIR, DataDir
-from membersync.warehouse.rewrite import TableRewrite
-from membersync.warehouse.storage import CommitConflict, StoreError, store_for
+from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE, QUARANTINE_DIR, DataDir
+from membersync.warehouse.landing.rewrite import TableRewrite
+from membersync.warehouse.landing.storage import CommitConflict, StoreError, store_for
+from membersync.warehouse.lifecycle.identity import ClientKeys
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +239,12 @@ class LandingZone:
         self, night: Manifest, changes: Mapping[str, TableRewrite], layout: int | None = None
     ) -> Manifest:
         """Publish the files ``changes`` add and re-commit ``night`` naming them in place of the
-        files they retire (:func:`membersync.warehouse.rewrite.rewrite_night`)."""
+        files they retire (:func:`membersync.warehouse.landing.rewrite.rewrite_night`)."""
         self._require_lock("rewriting a committed night")
         return rewrite.rewrite_night(self, night, changes, layout)
 
     def remove_night(self, night: Manifest) -> int:
-        """Un-commit ``night``, then erase its files (:func:`membersync.warehouse.rewrite.remove_night`)."""
+        """Un-commit ``night``, then erase its files (:func:`.rewrite.remove_night`)."""
         self._require_lock("removing a committed night")
         return rewrite.remove_night(self, night)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from membersync.warehouse.export import cell_text
+from membersync.warehouse.exports.export import cell_text
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape

@@ -1,12 +1,12 @@
 """Where the landing zone publishes: the local data dir, or S3-compatible object storage.
 
-The landing zone (:mod:`membersync.warehouse.landing`) always stages a night on local disk
+The landing zone (:mod:`membersync.warehouse.landing.zone`) always stages a night on local disk
 (``DATA_DIR/landing/_staging``, for S3 the local working dir of :class:`DataDir`) and publishes
 it through a :class:`Store`:
 
 :class:`LocalStore` (the default)
     a staged part is published by a rename inside the data dir, the manifest by an atomic
-    rename (:mod:`membersync.warehouse.atomic`); nothing else.
+    rename (:mod:`membersync.warehouse.landing.atomic`); nothing else.
 
 :class:`ObjectStore` (``MEMBERSYNC_DATA_DIR=s3://bucket/prefix``, through fsspec/s3fs)
     the same layout under the prefix (``landing/<table>/snapshot_date=D/part-*.parquet``,
@@ -45,9 +45,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from membersync.warehouse.atomic import make_dirs, write_bytes_atomic, write_file_atomic
-from membersync.warehouse.manifest import Manifest, manifest_path, read_manifest, read_manifests
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.atomic import make_dirs, write_bytes_atomic, write_file_atomic
+from membersync.warehouse.landing.manifest import Manifest, manifest_path, read_manifest, read_manifests
+from membersync.warehouse.landing.paths import DataDir
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ manifests, the state files, the report CSVs and workbooks, the audit's queue):
 3. on any error, remove the temporary file and raise: nothing half-written is left.
 
 Folders are created 0700 (:func:`make_dirs`). The warehouse's DuckDB file is published by a
-rename of the same kind in :mod:`membersync.warehouse.build`, since DuckDB writes it itself.
+rename of the same kind in :mod:`membersync.warehouse.build.builder`, since DuckDB writes it itself.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE
+from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE
 
 TMP_MARK = ".tmp-"  # every temporary name carries it; the landing zone's recover() deletes them
 

@@ -37,9 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from membersync.models import tables as T
 from membersync.models.mask import IDENTIFYING_FIELDS, MASKED_FIELDS, IdentityMask
-from membersync.warehouse.atomic import make_dirs, write_bytes_atomic
-from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.atomic import make_dirs, write_bytes_atomic
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.paths import DataDir
 
 log = logging.getLogger(__name__)
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import pyarrow as pa
-from membersync.warehouse.atomic import write_parquet_atomic
-from membersync.warehouse.manifest import Manifest, TableFiles
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.storage import Store
+from membersync.warehouse.landing.atomic import write_parquet_atomic
+from membersync.warehouse.landing.manifest import Manifest, TableFiles
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.storage import Store
 
 
 class LandingZone(Protocol):
-    """What a rewrite needs of :class:`membersync.warehouse.landing.LandingZone` (which calls it)."""
+    """What a rewrite needs of :class:`membersync.warehouse.landing.zone.LandingZone` (which calls it)."""
 
     data_dir: DataDir
     store: Store

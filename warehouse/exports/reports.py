@@ -3,7 +3,7 @@ report (and, with ``MEMBERSYNC_STORE_REPORTS=on``, each store's own folder), pub
 data location.
 
 The night's build (:mod:`membersync.flows.nightly`), ``membersync reports`` and an erasure's
-re-export (:mod:`membersync.warehouse.forget`) all call :func:`export_night`.
+re-export (:mod:`membersync.warehouse.lifecycle.forget`) all call :func:`export_night`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from membersync.extract.settings import Settings
-from membersync.warehouse.export import export_reports, night_stores
-from membersync.warehouse.morning import write_morning_report
-from membersync.warehouse.paths import DataDir
-from membersync.warehouse.storage import publish_reports, remove_reports
+from membersync.warehouse.exports.export import export_reports, night_stores
+from membersync.warehouse.exports.morning import write_morning_report
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.storage import publish_reports, remove_reports
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def reexport(data_dir: DataDir, nights: Sequence[str]) -> tuple[list[str], list[
     whose reports cannot be written again (retention removed it from the warehouse since) loses
     its report files instead, in the data location too: they name the client, so they cannot stay.
     Returns the nights written again and the nights whose reports were removed."""
-    from membersync.warehouse.export import ExportError
+    from membersync.warehouse.exports.export import ExportError
 
     done, removed = [], []
     for night in sorted(set(nights)):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from membersync.extract.settings import SettingsError
-from membersync.warehouse.manifest import read_manifest
+from membersync.warehouse.landing.manifest import read_manifest
 
 
 @dataclass(frozen=True)

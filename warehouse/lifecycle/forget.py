@@ -4,7 +4,7 @@ A client's identity lives in the landed identity files only (``client_identity``
 ``client_demographics``, see :mod:`membersync.models.privacy`); every other table holds their
 surrogate key. Forgetting a client therefore:
 
-1. records the erasure in the register (:mod:`membersync.warehouse.identity`), **pending**,
+1. records the erasure in the register (:mod:`membersync.warehouse.lifecycle.identity`), **pending**,
    before anything else: from then on the client's identity never lands again (suppression);
 2. scrubs what holds their values as text (logs, the self-audit's files, interrupted nights'
    staging areas and shard areas, which are discarded) and finds the nights whose exported
@@ -42,9 +42,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from membersync.models import tables as T
 from membersync.models.mask import MASKED_FIELDS, IdentityMask, hashed_tokens
-from membersync.warehouse.atomic import write_bytes_atomic
-from membersync.warehouse.crashpoints import crashpoint
-from membersync.warehouse.identity import (
+from membersync.warehouse.landing.atomic import write_bytes_atomic
+from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.rewrite import TableRewrite
+from membersync.warehouse.landing.shards import remove_shard_areas
+from membersync.warehouse.landing.storage import mirror_reports
+from membersync.warehouse.landing.zone import sweep_personal_files
+from membersync.warehouse.lifecycle.identity import (
     Erasure,
     client_hmac,
     erasure_key,
@@ -56,11 +61,6 @@ from membersync.warehouse.identity import (
     read_register,
     write_register,
 )
-from membersync.warehouse.landing import sweep_personal_files
-from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.rewrite import TableRewrite
-from membersync.warehouse.shards import remove_shard_areas
-from membersync.warehouse.storage import mirror_reports
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +358,8 @@ def start(zone: Any, targets: Sequence[Target], reason: str, key: bytes) -> Eras
 
 def finish(zone: Any, erasure_id: str) -> Outcome:
     """Carry one pending erasure to its end (idempotent; see the module's docstring)."""
-    from membersync.warehouse.build import repoint_catalogs
-    from membersync.warehouse.reports import reexport
+    from membersync.warehouse.build.builder import repoint_catalogs
+    from membersync.warehouse.exports.reports import reexport
 
     register = read_register(zone.store)
     erasure = next(e for e in register.erasures if e.id == erasure_id)
@@ -407,7 +407,7 @@ def erasure_mask(zone: Any, erasure: Erasure) -> IdentityMask:
 def _built(data_dir: Any, erasure: Erasure) -> Any:
     """The data dir, its warehouse built first when reports must be written again and this
     machine has no catalog to write them from (a new machine, a migrated layout)."""
-    from membersync.warehouse.build import build_warehouse
+    from membersync.warehouse.build.builder import build_warehouse
 
     if erasure.plan.get("reports") and not data_dir.identified_db.is_file() and zone_has_nights(data_dir):
         build_warehouse(data_dir)

@@ -19,9 +19,9 @@ import secrets
 import shutil
 from pathlib import Path
 
-from membersync.warehouse import catalog as cat
-from membersync.warehouse import dbt_run
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.build import catalog as cat
+from membersync.warehouse.build import dbt_run
+from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE, DataDir
 
 SITE_FILES = ("static_index.html", "index.html", "manifest.json", "catalog.json")
 

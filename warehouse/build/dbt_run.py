@@ -29,7 +29,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 PROFILE = "membersync"
 # The scratch database's file name: dbt-duckdb names the database after it, and a parsed manifest
 # holds that name, so every build (and warm) uses the same one.

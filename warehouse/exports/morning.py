@@ -29,9 +29,7 @@ from typing import Any
 
 import duckdb
 from membersync.extract.settings import Settings
-from membersync.warehouse import freshness as fresh
-from membersync.warehouse.atomic import write_file_atomic
-from membersync.warehouse.export import (
+from membersync.warehouse.exports.export import (
     REPORTS,
     ExportError,
     ReportTable,
@@ -39,8 +37,10 @@ from membersync.warehouse.export import (
     open_at_night,
     read_report,
 )
-from membersync.warehouse.manifest import read_manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing import freshness as fresh
+from membersync.warehouse.landing.atomic import write_file_atomic
+from membersync.warehouse.landing.manifest import read_manifest
+from membersync.warehouse.landing.paths import DataDir
 
 log = logging.getLogger(__name__)
 

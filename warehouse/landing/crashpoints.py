@@ -19,7 +19,7 @@ and one in a shard of a sharded night (:data:`SHARD_POINTS`, ``tests/scenarios/t
 - ``after_shard_batch``: a shard wrote a batch and its marker to the shard area
 
 and the steps of an erasure (:data:`FORGET_POINTS`, ``membersync forget``,
-:mod:`membersync.warehouse.forget`):
+:mod:`membersync.warehouse.lifecycle.forget`):
 
 - ``forget_after_register``: the erasure is in the register (pending), nothing else done
 - ``forget_after_scrub``: logs and state scrubbed, staging discarded, no identity file rewritten
@@ -27,7 +27,7 @@ and the steps of an erasure (:data:`FORGET_POINTS`, ``membersync forget``,
 - ``forget_after_rewrite``: every identity file rewritten, the catalogs not yet repointed, the old files kept
 - ``forget_after_reexport``: reports re-exported, the erasure not yet marked done
 
-and one of the migration to the layout with identity apart (:mod:`membersync.warehouse.migrate`):
+and one of the migration to the layout with identity apart (:mod:`membersync.warehouse.lifecycle.migrate`):
 
 - ``migrate_after_night``: a night's manifest names its migrated files, its old files not yet deleted
 """

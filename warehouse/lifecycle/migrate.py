@@ -12,7 +12,7 @@ identity apart):
 3. the old files are deleted (every version, on ``s3://``): they held identity outside its tier.
 
 A crash leaves each night either old (whole) or migrated (whole); a rerun, or any later command
-that holds the lock (:func:`membersync.warehouse.upkeep.upkeep`), migrates what is left, then
+that holds the lock (:func:`membersync.warehouse.lifecycle.upkeep.upkeep`), migrates what is left, then
 sweeps the files no manifest names. When every night is migrated, the warehouse (whose parts held
 personal data) is removed, to be built again in full, and the self-audit's files are rewritten
 by key. The reports already exported stay as they are: the new layout exports them byte for byte
@@ -32,11 +32,11 @@ from typing import Any
 import pyarrow as pa
 from membersync.models import tables as T
 from membersync.models.privacy import land_batch, land_quarantine
-from membersync.warehouse.atomic import write_json_atomic
-from membersync.warehouse.crashpoints import crashpoint
-from membersync.warehouse.identity import ClientKeys
-from membersync.warehouse.manifest import LAYOUT, Manifest
-from membersync.warehouse.rewrite import QUARANTINE, TableRewrite
+from membersync.warehouse.landing.atomic import write_json_atomic
+from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.manifest import LAYOUT, Manifest
+from membersync.warehouse.landing.rewrite import QUARANTINE, TableRewrite
+from membersync.warehouse.lifecycle.identity import ClientKeys
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def sweep_orphans(zone: Any) -> int:
 
 def drop_warehouse(data_dir: Any) -> None:
     """The warehouse built from the earlier layout goes (its parts held personal data)."""
-    from membersync.warehouse import catalog as cat
+    from membersync.warehouse.build import catalog as cat
 
     for tier in ("analyst", "identified"):
         data_dir.catalog(tier).unlink(missing_ok=True)
@@ -138,7 +138,7 @@ def drop_warehouse(data_dir: Any) -> None:
 def rekey_audit_files(zone: Any) -> None:
     """The self-audit's queue (``state/resync.json``) and reports (``state/audits/``), which
     named clients by number, rewritten by key; a number no identity links is dropped."""
-    from membersync.warehouse.identity import read_links
+    from membersync.warehouse.lifecycle.identity import read_links
 
     links = read_links(zone.store, zone.manifests())
     keys = dict(zip(links["client_number"].to_pylist(), links["client_key"].to_pylist(), strict=True))

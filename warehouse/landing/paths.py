@@ -17,7 +17,7 @@ Everything written there is readable by its owner only (files 0600, folders 0700
 
 ``MEMBERSYNC_DATA_DIR=s3://bucket/prefix`` puts the published landing zone (parts and manifests)
 and the report files in object storage, same layout under the prefix (see
-:mod:`membersync.warehouse.storage`); ``root`` is then a local working dir
+:mod:`membersync.warehouse.landing.storage`); ``root`` is then a local working dir
 (``MEMBERSYNC_CACHE_DIR``, default ``~/.cache/membersync/s3/<bucket>/<prefix>``) holding the
 staging area, the lock, the logs, a mirror of the committed files and the DuckDB warehouse.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from membersync.extract.settings import Settings, SettingsError
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / "data"  # warehouse/data
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 QUARANTINE_DIR = "_quarantine"  # under landing/: published like a table, but not one of the landed tables

@@ -1,7 +1,7 @@
 """What a report is to its exports: how it is read and totalled (:class:`Report`, :class:`TotalRow`)
 and one night of it as read (:class:`ReportTable`). Declared apart from the exports so that the
-CSV writer (:mod:`membersync.warehouse.export`) and the workbook (:mod:`membersync.warehouse.workbook`)
-both read it without importing each other."""
+CSV writer (:mod:`membersync.warehouse.exports.export`) and the workbook
+(:mod:`membersync.warehouse.exports.workbook`) both read it without importing each other."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Report:
 
 @functools.cache
 def _declared_headings() -> dict[str, tuple[tuple[str, str], ...]]:
-    from membersync.warehouse.dbt_run import SQL_DIR, model_yaml
+    from membersync.warehouse.build.dbt_run import SQL_DIR, model_yaml
 
     return {
         str(model["name"]): tuple(

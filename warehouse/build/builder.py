@@ -15,7 +15,7 @@ column descriptions in each layer's YAML). A build:
    landed rows reconciled with the manifests). A failed test raises :class:`BuildCheckError`
    naming the model and the check, and the previous warehouse stays in place;
 5. writes each model's rows as new Parquet parts and a new catalog of views beside the old one
-   (:mod:`membersync.warehouse.catalog`), and swaps it in with ``os.replace``.
+   (:mod:`membersync.warehouse.build.catalog`), and swaps it in with ``os.replace``.
 
 Readers are never blocked: the build never opens ``warehouse.duckdb`` for writing, a reader that
 holds the old catalog keeps reading it (and its parts, kept until the build after next), and sees
@@ -40,13 +40,13 @@ import duckdb
 import pyarrow as pa
 from membersync.extract.settings import Settings
 from membersync.models.tables import LANDED, PERSONAL_COLUMNS
-from membersync.warehouse import catalog as cat
-from membersync.warehouse import dbt_run
-from membersync.warehouse.atomic import alive
-from membersync.warehouse.crashpoints import crashpoint
-from membersync.warehouse.landing import sweep_personal_files
-from membersync.warehouse.manifest import Manifest, read_manifests
-from membersync.warehouse.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.build import catalog as cat
+from membersync.warehouse.build import dbt_run
+from membersync.warehouse.landing.atomic import alive
+from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.manifest import Manifest, read_manifests
+from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE, DataDir
+from membersync.warehouse.landing.zone import sweep_personal_files
 
 log = logging.getLogger(__name__)
 

@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from membersync.models.coerce import to_json
 from membersync.models.tables import BY_NAME, QUARANTINE_SCHEMA
-from membersync.warehouse.atomic import write_file_atomic
-from membersync.warehouse.crashpoints import crashpoint
-from membersync.warehouse.landing import client_digest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.atomic import write_file_atomic
+from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.zone import client_digest
 
 QUARANTINE = "_quarantine"
 PLAN_FORMAT = 1
@@ -155,7 +155,7 @@ class ShardArea:
         self.relative = relative
         self.remote = data_dir.remote is not None
         if self.remote:
-            from membersync.warehouse.storage import s3_filesystem
+            from membersync.warehouse.landing.storage import s3_filesystem
 
             assert data_dir.remote is not None
             self.fs = fs or s3_filesystem()
@@ -336,7 +336,7 @@ def remove_shard_areas(data_dir: DataDir, relative: str = SHARDS) -> int:
         count = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
         shutil.rmtree(folder, ignore_errors=True)
         return count
-    from membersync.warehouse.storage import ObjectStore
+    from membersync.warehouse.landing.storage import ObjectStore
 
     store = ObjectStore(data_dir)
     return store.erase(store.listing(relative))

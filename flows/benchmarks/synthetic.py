@@ -9,7 +9,7 @@ freezes, cancels or comes back, points earned, and now and then a late correctio
 an old sale). Everything is written through the real landing zone (:func:`write_night`), so
 the build reads what a sync lands.
 
-    python -m membersync.warehouse.synthetic DATA_DIR --clients 5000 --nights 90 --rate 0.05
+    python -m membersync.flows.benchmarks.synthetic DATA_DIR --clients 5000 --nights 90 --rate 0.05
 
 Deterministic: the same arguments give the same landing zone (rows, not file names).
 
@@ -41,8 +41,8 @@ from typing import Any
 import pyarrow as pa
 from membersync.models.tables import TABLES, TYPED_QUARANTINE_SCHEMA
 from membersync.models.tables import table as typed_table
-from membersync.warehouse.manifest import Manifest
-from membersync.warehouse.paths import DataDir
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.paths import DataDir
 
 STORES = ("DOWNTOWN  ", "UPTOWN    ", "AIRPORT   ", "MALL      ", "SUBURB    ")
 STATUSES = ("Active", "Active", "Active", "Frozen", "OnHold", "Canceled", "Expired")
@@ -362,13 +362,13 @@ def write_night(
 ) -> Manifest:
     """Land ``rows`` (table name -> rows) as the committed night ``night``; return its manifest.
 
-    Written by the real landing zone (:class:`~membersync.warehouse.landing.LandingZone`):
+    Written by the real landing zone (:class:`~membersync.warehouse.landing.zone.LandingZone`):
     ``parts`` batches, each table's rows split over them in order, then the commit. Every
     declared table is in the manifest (empty ones with no file and 0 rows). ``quarantine`` rows
     follow ``TYPED_QUARANTINE_SCHEMA`` (table_name, client_number, reason, raw). Unknown tables or
     columns are an error.
     """
-    from membersync.warehouse.landing import LandingZone
+    from membersync.warehouse.landing.zone import LandingZone
 
     unknown = set(rows) - {t.name for t in TABLES}
     if unknown:
