@@ -311,7 +311,7 @@ class Settings(BaseSettings):
         description="Apprise URLs (comma or space separated) told when a night fails or the warehouse "
         "is stale",
     )
-    # -- personal data (warehouse/lifecycle/: identity.py, forget.py, retention.py)
+    # -- personal data (warehouse/landing/identity.py, warehouse/lifecycle/: forget.py, retention.py)
     erasure_key_file: Text = Field(
         None,
         description="the erasure register's key, outside the data location (default "

@@ -147,8 +147,8 @@ def read_holdings(zone: Any) -> Holdings:
     """Every client any committed night synced, with those nights (``synced_clients`` of each
     manifest: only committed files are read, never a night being written), and the mask a
     night would land their text with."""
+    from membersync.warehouse.landing.identity import erasure_key, identity_mask, read_links, read_register
     from membersync.warehouse.landing.storage import store_for
-    from membersync.warehouse.lifecycle.identity import erasure_key, identity_mask, read_links, read_register
 
     data_dir = zone.data_dir
 

@@ -59,8 +59,8 @@ def choose(known: list[str], wanted: int | None, options: A.AuditOptions, seed: 
 
 def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
     from membersync.extract.errors import ServiceError
+    from membersync.warehouse.landing.identity import ErasureKeyError
     from membersync.warehouse.landing.zone import AlreadyRunning
-    from membersync.warehouse.lifecycle.identity import ErasureKeyError
 
     try:
         wanted = parse_clients(clients)

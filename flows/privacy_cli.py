@@ -50,10 +50,10 @@ def client_numbers(numbers: list[str], from_file: Path | None) -> list[str]:
 def run_forget_cli(
     numbers: list[str], from_file: Path | None, reason: str, dry_run: bool, wait: bool, exact: bool = False
 ) -> int:
+    from membersync.warehouse.landing.identity import ErasureKeyError, erasure_key
     from membersync.warehouse.landing.storage import StoreError, refresh_mirror
     from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
     from membersync.warehouse.lifecycle import forget as F
-    from membersync.warehouse.lifecycle.identity import ErasureKeyError, erasure_key
     from membersync.warehouse.lifecycle.upkeep import upkeep
 
     wanted = client_numbers(numbers, from_file)
@@ -102,7 +102,7 @@ def _dry_key(zone: Any) -> bytes:
     wrong, the dry run fails as the real one would), else, before any erasure, a throwaway one."""
     import secrets
 
-    from membersync.warehouse.lifecycle.identity import erasure_key, read_register
+    from membersync.warehouse.landing.identity import erasure_key, read_register
 
     register = read_register(zone.store)
     if register.erasures or register.key_check is not None:
@@ -159,9 +159,9 @@ def show_outcome(outcome: Outcome, already: int = 0) -> None:
 def run_retention_cli(dry_run: bool, wait: bool) -> int:
     """``membersync retention``: apply ``MEMBERSYNC_RETENTION`` now (or list what it would remove)."""
     from membersync.warehouse.build.builder import BuildError, build_warehouse
+    from membersync.warehouse.landing.identity import ErasureKeyError
     from membersync.warehouse.landing.storage import StoreError, refresh_mirror
     from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
-    from membersync.warehouse.lifecycle.identity import ErasureKeyError
     from membersync.warehouse.lifecycle.retention import RetentionRefused, apply_retention, check_clock
     from membersync.warehouse.lifecycle.upkeep import upkeep
 

@@ -102,8 +102,8 @@ class _SyncSetup:
 
 def _refusal(setup: _SyncSetup, night: dt.date, force: bool) -> str | None:
     """Why this night must not run at this data location (one line), or None."""
+    from membersync.warehouse.landing.identity import ErasureKeyError, erasure_key, read_register
     from membersync.warehouse.landing.zone import LandingZone
-    from membersync.warehouse.lifecycle.identity import ErasureKeyError, erasure_key, read_register
 
     zone = LandingZone(setup.data_dir, erasure_key_file=setup.config.erasure_key_file)
     refusal = check_night(night, zone.state().committed, dt.date.today(), force)

@@ -42,7 +42,7 @@ _REASON_COLUMN = re.compile(r"^([a-z0-9_]+)(\[\d+\])?: ")
 
 
 class KeyBook(Protocol):
-    """What landing asks of the keys (:class:`membersync.warehouse.lifecycle.identity.ClientKeys`)."""
+    """What landing asks of the keys (:class:`membersync.warehouse.landing.identity.ClientKeys`)."""
 
     mask: IdentityMask  # every identity value known: the held clients', the night's, the forgotten's
 

@@ -504,7 +504,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "key_made_again",
-        "warehouse/lifecycle/identity.py",
+        "warehouse/landing/identity.py",
         "    key = read_key(path, create=create and not started)",
         "    key = read_key(path, create=create)",
         (ATTACKS + "::test_case_2_a_lost_or_other_key_is_refused_once_the_register_has_an_erasure",),

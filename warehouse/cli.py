@@ -22,11 +22,11 @@ from membersync.warehouse.build.builder import BuildError, BuildInputError, buil
 from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
 from membersync.warehouse.exports.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.exports.table_print import print_table
+from membersync.warehouse.landing.identity import ErasureKeyError
 from membersync.warehouse.landing.manifest import ManifestError
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.storage import StoreError, publish_reports, refresh_mirror
 from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
-from membersync.warehouse.lifecycle.identity import ErasureKeyError
 from membersync.warehouse.lifecycle.upkeep import upkeep
 from rich.console import Console
 

@@ -3,7 +3,7 @@ the benchmarks are not product code."""
 
 from __future__ import annotations
 
-from import_graph import FOLDERS, ROOT, cycles, graph, module_level_imports, module_name
+from import_graph import FOLDERS, ROOT, cycles, graph, module_level_imports, module_name, room_edges
 
 BENCHMARKS = "membersync.flows.benchmarks"
 
@@ -32,3 +32,13 @@ def test_benchmarks_are_not_product_code() -> None:
     assert set(importers) == {"membersync.flows.cli"}, importers
     at_import = module_level_imports(ROOT / "flows" / "cli.py", anywhere=False)
     assert not any(t.startswith(BENCHMARKS) for t in at_import)  # imported inside `bench` only
+
+
+def test_rooms_import_downward_only() -> None:
+    """Between rooms (``warehouse/landing``, ``build``, ``exports``, ``lifecycle``, ``flows``, ...)
+    no cycle either: the one upward arrow is the ``bench`` command into the lab, inside itself."""
+    rooms = room_edges(graph())
+    assert {"warehouse.landing", "warehouse.build", "warehouse.exports", "warehouse.lifecycle"} <= set(rooms)
+    rooms["flows"].discard("flows.benchmarks")  # see test_benchmarks_are_not_product_code
+    assert cycles(rooms) == []
+    assert rooms["warehouse.landing"] <= {"extract", "models"}  # the floor of the data dir

@@ -26,8 +26,8 @@ from canaries import IDENTITIES, add_canaries, plant_identity_elsewhere
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
 from membersync.models import tables as T
 from membersync.models.privacy import land_quarantine
+from membersync.warehouse.landing.identity import ClientKeys
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.lifecycle.identity import ClientKeys
 from privacy_scan import Canary, scan_files, texts_of
 from reliability import ANCHOR, Workspace
 

@@ -1,6 +1,7 @@
 """The import graph of membersync, from the source (``ast``), and its cycles.
 
     .venv/bin/python tests/support/import_graph.py            # folder-level edges, then any module cycle
+    .venv/bin/python tests/support/import_graph.py --rooms    # edges between rooms (sub-packages)
     .venv/bin/python tests/support/import_graph.py --modules  # every edge
 
 Every import counts, inside a function too: a lazy import is deliberate (Prefect, dbt and DuckDB
@@ -97,6 +98,25 @@ def folder_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+def room_of(module: str) -> str:
+    """``membersync.warehouse.landing.zone`` (or the package ``membersync.warehouse.landing``) ->
+    ``warehouse.landing``; a module at the top of a folder -> the folder."""
+    parts = module.split(".")[1:]
+    if len(parts) >= 2 and (ROOT / parts[0] / parts[1] / "__init__.py").exists():
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def room_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for source, targets in edges.items():
+        for target in targets:
+            a, b = room_of(source), room_of(target)
+            if a != b:
+                out[a].add(b)
+    return out
+
+
 def main(argv: list[str]) -> int:
     edges = graph()
     if "--modules" in argv:
@@ -104,7 +124,8 @@ def main(argv: list[str]) -> int:
             for target in sorted(edges[source]):
                 print(f"{source} -> {target}")
     else:
-        for source, targets in sorted(folder_edges(edges).items()):
+        by = room_edges if "--rooms" in argv else folder_edges
+        for source, targets in sorted(by(edges).items()):
             print(f"{source} -> {', '.join(sorted(targets))}")
     found = cycles(edges)
     print(f"{len(edges)} modules, {sum(len(t) for t in edges.values())} imports, {len(found)} cycle(s)")

@@ -11,9 +11,9 @@ import datetime as dt
 from typing import Any
 
 import pyarrow as pa
+from membersync.warehouse.landing.identity import read_links
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
-from membersync.warehouse.lifecycle.identity import read_links
 
 
 def zone_of(where: Any) -> LandingZone:

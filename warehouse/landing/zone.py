@@ -71,6 +71,7 @@ from membersync.warehouse.landing.atomic import (
     write_chunks_atomic,
 )
 from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.identity import ClientKeys
 from membersync.warehouse.landing.manifest import (
     Manifest,
     TableFiles,
@@ -78,7 +79,6 @@ from membersync.warehouse.landing.manifest import (
 from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE, QUARANTINE_DIR, DataDir
 from membersync.warehouse.landing.rewrite import TableRewrite
 from membersync.warehouse.landing.storage import CommitConflict, StoreError, store_for
-from membersync.warehouse.lifecycle.identity import ClientKeys
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,5 @@
-"""The data's lifecycle: identity apart, forgetting a person, keeping history only as allowed.
+"""The data's lifecycle: forgetting a person, keeping history only as allowed, migrating.
 
-``identity.py`` holds the surrogate keys, their links to identity and the erasure register;
 ``forget.py`` erases a person from every layer; ``retention.py`` keeps nights by the business's
 rules; ``migrate.py`` brings an earlier layout up to date; ``upkeep.py`` finishes what a crash
 left of them before a command goes on.

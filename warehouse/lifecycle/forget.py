@@ -4,7 +4,7 @@ A client's identity lives in the landed identity files only (``client_identity``
 ``client_demographics``, see :mod:`membersync.models.privacy`); every other table holds their
 surrogate key. Forgetting a client therefore:
 
-1. records the erasure in the register (:mod:`membersync.warehouse.lifecycle.identity`), **pending**,
+1. records the erasure in the register (:mod:`membersync.warehouse.landing.identity`), **pending**,
    before anything else: from then on the client's identity never lands again (suppression);
 2. scrubs what holds their values as text (logs, the self-audit's files, interrupted nights'
    staging areas and shard areas, which are discarded) and finds the nights whose exported
@@ -44,12 +44,7 @@ from membersync.models import tables as T
 from membersync.models.mask import MASKED_FIELDS, IdentityMask, hashed_tokens
 from membersync.warehouse.landing.atomic import write_bytes_atomic
 from membersync.warehouse.landing.crashpoints import crashpoint
-from membersync.warehouse.landing.manifest import Manifest
-from membersync.warehouse.landing.rewrite import TableRewrite
-from membersync.warehouse.landing.shards import remove_shard_areas
-from membersync.warehouse.landing.storage import mirror_reports
-from membersync.warehouse.landing.zone import sweep_personal_files
-from membersync.warehouse.lifecycle.identity import (
+from membersync.warehouse.landing.identity import (
     Erasure,
     client_hmac,
     erasure_key,
@@ -61,6 +56,11 @@ from membersync.warehouse.lifecycle.identity import (
     read_register,
     write_register,
 )
+from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.rewrite import TableRewrite
+from membersync.warehouse.landing.shards import remove_shard_areas
+from membersync.warehouse.landing.storage import mirror_reports
+from membersync.warehouse.landing.zone import sweep_personal_files
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from membersync.models import tables as T
 from membersync.models.privacy import land_batch, land_quarantine
 from membersync.warehouse.landing.atomic import write_json_atomic
 from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.identity import ClientKeys
 from membersync.warehouse.landing.manifest import LAYOUT, Manifest
 from membersync.warehouse.landing.rewrite import QUARANTINE, TableRewrite
-from membersync.warehouse.lifecycle.identity import ClientKeys
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def drop_warehouse(data_dir: Any) -> None:
 def rekey_audit_files(zone: Any) -> None:
     """The self-audit's queue (``state/resync.json``) and reports (``state/audits/``), which
     named clients by number, rewritten by key; a number no identity links is dropped."""
-    from membersync.warehouse.lifecycle.identity import read_links
+    from membersync.warehouse.landing.identity import read_links
 
     links = read_links(zone.store, zone.manifests())
     keys = dict(zip(links["client_number"].to_pylist(), links["client_key"].to_pylist(), strict=True))

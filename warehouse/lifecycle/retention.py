@@ -312,7 +312,7 @@ def _starts(nights: NightPlan) -> dict[str, str | None]:
 
 
 def _inactive(zone: Any, policy: RetentionPolicy, newest: dt.date) -> list[str]:
-    from membersync.warehouse.lifecycle.identity import read_links
+    from membersync.warehouse.landing.identity import read_links
 
     if policy.identity is None:
         return []
@@ -351,8 +351,8 @@ def _finish(zone: Any, journal: Journal) -> dict[str, int]:
 
 def _forget_inactive(zone: Any, pending: dict[str, Any]) -> None:
     """The identity horizon: the inactive clients forgotten like ``membersync forget`` does."""
+    from membersync.warehouse.landing.identity import client_hmac, erasure_key, read_links
     from membersync.warehouse.lifecycle import forget as F
-    from membersync.warehouse.lifecycle.identity import client_hmac, erasure_key, read_links
 
     keys = set(pending.get("forget") or [])
     if not keys:

@@ -27,8 +27,8 @@ from conftest import BUCKET
 from landed import numbers_by_key
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.warehouse.landing.crashpoints import FORGET_POINTS
+from membersync.warehouse.landing.identity import client_hmac
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.lifecycle.identity import client_hmac
 from privacy_scan import Canary, s3_client, scan_bucket, scan_files
 from reliability import ANCHOR, Workspace, inspect
 
