@@ -19,14 +19,13 @@ from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import audit as A
 from membersync.flows import batches as B
 from membersync.flows import nightly
+from membersync.flows.console import error, out
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 log = logging.getLogger(__name__)
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
 
 
 class AuditUsageError(ValueError):
@@ -142,5 +141,5 @@ def show(result: A.AuditResult, report: Path, console: Console | None = None) ->
 
 
 def _fail(message: str, code: int) -> int:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    error(message)
     return code

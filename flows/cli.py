@@ -17,7 +17,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from membersync.extract.settings import UsageError
-from rich.console import Console
+from membersync.flows.console import err, error, out
 
 
 def _flags_take_no_value() -> None:
@@ -41,13 +41,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    error(message)
     raise typer.Exit(code)
 
 
@@ -234,7 +233,7 @@ def reports(
     ] = False,
 ) -> None:
     """Build the warehouse (the committed nights it lacks) and export the CSVs (no call to the service)."""
-    from membersync.warehouse.cli import run_reports_cli
+    from membersync.flows.reports_cli import run_reports_cli
 
     night = guarded(lambda: parse_date(date))
     raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None, full_refresh=full_refresh)))
@@ -247,7 +246,7 @@ def report_html(
     ] = None,
 ) -> None:
     """Write the night's HTML morning report (DATA_DIR/reports/<night>/morning_report_<night>.html)."""
-    from membersync.warehouse.exports.morning import run_report_html_cli
+    from membersync.flows.reports_cli import run_report_html_cli
 
     night = guarded(lambda: parse_date(date))
     raise typer.Exit(guarded(lambda: run_report_html_cli(night)))
@@ -256,7 +255,7 @@ def report_html(
 @app.command()
 def docs() -> None:
     """Generate dbt's documentation site of the warehouse (static files in the data dir)."""
-    from membersync.warehouse.cli import run_docs_cli
+    from membersync.flows.reports_cli import run_docs_cli
 
     raise typer.Exit(guarded(run_docs_cli))
 
@@ -284,7 +283,7 @@ def sql(
     ] = False,
 ) -> None:
     """Run ad-hoc SQL on the warehouse (the analyst tier: no personal data; see --identified)."""
-    from membersync.warehouse.cli import run_reader_setup_cli, run_sql_cli
+    from membersync.flows.reports_cli import run_reader_setup_cli, run_sql_cli
 
     if reader_setup:
         raise typer.Exit(guarded(lambda: run_reader_setup_cli(identified=identified)))
@@ -398,7 +397,7 @@ def tenants_check(
     """Validate a tenants file: one line per tenant (exit 0), or one line per error (exit 2)."""
     from membersync.flows.tenants import run_tenants_check
 
-    raise typer.Exit(run_tenants_check(file, Console(highlight=False), err))
+    raise typer.Exit(run_tenants_check(file, out, err))
 
 
 @app.command()
@@ -409,7 +408,7 @@ def deploy(
     """Register one deployment per tenant on the Prefect server at PREFECT_API_URL (a process pool)."""
     from membersync.flows.tenant_flow import run_deploy_cli
 
-    raise typer.Exit(run_deploy_cli(file, pool, Console(highlight=False), err))
+    raise typer.Exit(run_deploy_cli(file, pool, out, err))
 
 
 def _numbers(text: str, option: str) -> list[float]:

@@ -17,12 +17,9 @@ import os
 from pathlib import Path
 
 from membersync.extract.settings import Settings
+from membersync.flows.console import err, error, out
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
-from rich.console import Console
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
 
 DEMO_DATA_DIR = DEFAULT_DATA_DIR / "demo"
 PEEK_REPORT = "outstanding_balances_by_store"
@@ -61,7 +58,7 @@ def run_demo(clients: int = 300) -> int:
                 result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
         except Exception as exc:
             bar.close()
-            err.print(f"[bold red]error:[/] the demo night failed: {nightly.unwrap(exc)}")
+            error(f"the demo night failed: {nightly.unwrap(exc)}")
             return 1
         finally:
             nightly.progress_factory = None

@@ -9,14 +9,11 @@ it is fresh). Bad input (a threshold that is not a positive number, a malformed 
 from __future__ import annotations
 
 from membersync.extract.settings import Settings, SettingsError
+from membersync.flows.console import error, out
 from membersync.flows.notify import NOTIFY_ENV, Notifier
 from membersync.warehouse.landing import freshness
 from membersync.warehouse.landing.manifest import ManifestError
 from membersync.warehouse.landing.paths import DataDir
-from rich.console import Console
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
 
 EXIT_FRESH, EXIT_STALE = 0, 1
 
@@ -48,7 +45,7 @@ def run_freshness_cli(max_age_hours: str | None, notify: bool = False) -> int:
     try:
         answer = freshness.check(DataDir.from_settings(config).manifests, limit)
     except ManifestError as exc:  # a manifest that cannot be read: the warehouse needs a look
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        error(str(exc))
         return EXIT_STALE
     out.print(freshness.describe(answer), soft_wrap=True)
     if not answer.stale:

@@ -329,18 +329,25 @@ class NightRun:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Open (or resume) the night and the client. The caller holds the data dir's lock."""
-        from membersync.extract.client import ServiceClient
-
+    def claim_data_dir(self) -> None:
+        """The data dir made if new; one of another tenant refused before anything changes in it."""
         self.data_dir.ensure()
         self.tenant = self.settings.tenant
         refusal = foreign_tenant(((m.snapshot_date, m.tenant) for m in self.zone.manifests()), self.tenant)
         if refusal is not None:
             raise SettingsError(refusal)
+
+    def upkeep(self) -> None:
+        """Before anything lands: the earlier layout migrated, what a crash left of an erasure or a
+        retention run finished (:func:`membersync.warehouse.lifecycle.upkeep.upkeep`)."""
         from membersync.warehouse.lifecycle.upkeep import upkeep
 
-        upkeep(self.zone)  # the earlier layout migrated, pending erasures finished, before anything lands
+        upkeep(self.zone)
+
+    async def open(self) -> None:
+        """Open (or resume) the night and the client. The caller holds the data dir's lock."""
+        from membersync.extract.client import ServiceClient
+
         state = self.zone.state()
         self.previous_watermark = state.watermark
         full = self.full or needs_full_night(self.night_date, state.last_night)
@@ -696,6 +703,8 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
     """
     gc_thresholds = nightgc.tune()  # a night allocates per request: fewer, larger young collections
     try:
+        run.claim_data_dir()
+        run.upkeep()
         await run.open()
         await step("land_config")
         pending = await step("discover")

@@ -12,17 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from membersync.extract.settings import Settings, SettingsError, UsageError
+from membersync.flows.console import error, out
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DataDir
-from rich.console import Console
 
 if TYPE_CHECKING:
     from membersync.warehouse.lifecycle.forget import Outcome, Plan, Target
     from membersync.warehouse.lifecycle.retention import RetentionOutcome
 
 log = logging.getLogger(__name__)
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
 
 
 def client_numbers(numbers: list[str], from_file: Path | None) -> list[str]:
@@ -83,15 +81,12 @@ def run_forget_cli(
             erasure = F.start(zone, targets, reason, key)
             outcome = F.finish(zone, erasure.id)
     except AlreadyRunning as exc:
-        err.print(
-            f"[bold red]error:[/] {exc}; run `membersync forget` again after it, or with --wait",
-            soft_wrap=True,
-        )
+        error(f"{exc}; run `membersync forget` again after it, or with --wait")
         return 1
     except (ErasureKeyError, F.ForgetError) as exc:
         raise UsageError(str(exc)) from None
     except (StoreError, OSError) as exc:
-        err.print(f"[bold red]error:[/] forget failed: {exc}; run it again to finish", soft_wrap=True)
+        error(f"forget failed: {exc}; run it again to finish")
         return 1
     show_outcome(outcome, len(done))
     return 0
@@ -185,15 +180,15 @@ def run_retention_cli(dry_run: bool, wait: bool) -> int:
                 build_warehouse(data_dir)  # the identity horizon reads marts.client_activity
             outcome = apply_retention(zone, policy, dry_run=dry_run)
     except AlreadyRunning as exc:
-        err.print(f"[bold red]error:[/] {exc}; run it again after it, or with --wait", soft_wrap=True)
+        error(f"{exc}; run it again after it, or with --wait")
         return 1
     except ErasureKeyError as exc:
         raise UsageError(str(exc)) from None
     except RetentionRefused as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        error(str(exc))
         return 1
     except (StoreError, BuildError, OSError) as exc:
-        err.print(f"[bold red]error:[/] retention failed: {exc}; run it again to finish", soft_wrap=True)
+        error(f"retention failed: {exc}; run it again to finish")
         return 1
     show_retention(outcome, dry_run)
     return 0

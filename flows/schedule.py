@@ -26,12 +26,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
+from membersync.flows.console import err
 from membersync.flows.notify import Notifier
 from membersync.warehouse.landing.paths import DataDir
-from rich.console import Console
 
 log = logging.getLogger(__name__)
-err = Console(stderr=True, highlight=False)
 
 DEPLOYMENT_NAME = "nightly"
 SERVER_START_TIMEOUT = 180.0  # seconds; a cold `prefect server start` migrates its database first

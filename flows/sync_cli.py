@@ -24,6 +24,7 @@ from typing import Any
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows import logfile, nightgc, nightly
+from membersync.flows.console import err, error, out
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.notify import Notifier, resume_command
 from membersync.flows.progress import NullProgress, Progress, RichProgress
@@ -33,12 +34,10 @@ from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 log = logging.getLogger(__name__)
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
 
 
 def _fail(message: str, code: int) -> int:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True)
+    error(message)
     return code
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from membersync.extract.settings import Settings, SettingsError, env_name
+from membersync.flows.console import error
 from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
 from membersync.warehouse.landing.shards import ShardPlan
 from prefect import flow
@@ -509,17 +510,17 @@ def run_deploy_cli(path: str, pool: str, out: Any, err: Any) -> int:
     """``membersync deploy``: 0 and one line per thing registered; 2 on bad input; 1 if the
     server refused."""
     if not os.environ.get("PREFECT_API_URL", "").strip():
-        err.print(
-            "[bold red]error:[/] PREFECT_API_URL is not set (the Prefect server to register on; "
+        error(
+            "PREFECT_API_URL is not set (the Prefect server to register on; "
             "with basic auth also PREFECT_API_AUTH_STRING)",
-            soft_wrap=True,
+            err,
         )
         return 2
     try:
         tenants = load_tenants(path)
     except TenantsFileError as exc:
         for line in exc.errors:
-            err.print(f"[bold red]error:[/] {line}", soft_wrap=True, markup=True, highlight=False)
+            error(line, err)
         return 2
     from membersync.flows.nightly import prepare_prefect_env
 
@@ -528,7 +529,7 @@ def run_deploy_cli(path: str, pool: str, out: Any, err: Any) -> int:
         lines = asyncio.run(deploy_tenants(Path(path).resolve(), tenants, pool))
     except Exception as exc:  # the server refused or cannot be reached: one line
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        err.print(f"[bold red]error:[/] deploy failed: {text}", soft_wrap=True, markup=True, highlight=False)
+        error(f"deploy failed: {text}", err)
         return 1
     for line in lines:
         out.print(line, soft_wrap=True, markup=False, highlight=False)

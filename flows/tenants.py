@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from membersync.extract.settings import SettingsError
+from membersync.flows.console import error
 from membersync.warehouse.landing.manifest import TENANT_ENV
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -326,7 +327,7 @@ def run_tenants_check(path: str, out: Any, err: Any) -> int:
         tenants = load_tenants(path)
     except TenantsFileError as exc:
         for line in exc.errors:
-            err.print(f"[bold red]error:[/] {line}", soft_wrap=True, markup=True, highlight=False)
+            error(line, err)
         return 2
     for t in tenants:
         creds = (

@@ -34,9 +34,9 @@ def _preload() -> None:
     import membersync.extract.client
     import membersync.flows.cli
     import membersync.flows.nightly
+    import membersync.flows.reports_cli
     import membersync.flows.sync_cli
     import membersync.warehouse.build.builder
-    import membersync.warehouse.cli
     import membersync.warehouse.exports.export
     import membersync.warehouse.landing.zone  # noqa: F401
     import pyarrow.parquet  # noqa: F401

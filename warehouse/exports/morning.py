@@ -31,7 +31,6 @@ import duckdb
 from membersync.extract.settings import Settings
 from membersync.warehouse.exports.export import (
     REPORTS,
-    ExportError,
     ReportTable,
     night_folder,
     open_at_night,
@@ -673,24 +672,3 @@ def render_html(data: MorningData) -> str:
         f'<section id="data-quality"><h2>Data quality</h2><ul class="quality">{quality}</ul></section>'
         "</main></body></html>\n"
     )
-
-
-# --------------------------------------------------------------------------------------------
-# The command: membersync report-html [--date]
-# --------------------------------------------------------------------------------------------
-
-
-def run_report_html_cli(night: dt.date | None) -> int:
-    """Write the morning report of ``night`` (default: the newest) from the warehouse as built."""
-    from membersync.extract.settings import UsageError
-    from rich.console import Console
-
-    data_dir = DataDir.from_settings(Settings.load())
-    if not data_dir.root.is_dir():
-        raise UsageError(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
-    try:
-        path = write_morning_report(data_dir, night)
-    except ExportError as exc:
-        raise UsageError(str(exc)) from None
-    Console(highlight=False).print(f"morning report: {path}", soft_wrap=True)
-    return 0

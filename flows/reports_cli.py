@@ -1,4 +1,5 @@
-"""What ``membersync reports`` and ``membersync sql`` do (the typer wiring is in ``flows/cli.py``).
+"""What ``membersync reports``, ``report-html``, ``docs`` and ``sql`` do (the typer wiring is in
+``flows/cli.py``).
 
 Exit codes as everywhere in the CLI: 0 success, 1 the build failed (a check), 2 bad input (data
 dir, night, report name, SQL). Bad input raises ``membersync.extract.settings.UsageError`` (one line on
@@ -17,10 +18,12 @@ from typing import Any
 
 import duckdb
 from membersync.extract.settings import Settings, UsageError
+from membersync.flows.console import err, error, out
 from membersync.models.tables import PERSONAL_COLUMNS
 from membersync.warehouse.build.builder import BuildError, BuildInputError, build_warehouse, committed_nights
 from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
 from membersync.warehouse.exports.export import ExportError, cell_text, check_report_names, export_reports
+from membersync.warehouse.exports.morning import write_morning_report
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.identity import ErasureKeyError
 from membersync.warehouse.landing.manifest import ManifestError
@@ -28,7 +31,6 @@ from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.storage import StoreError, publish_reports, refresh_mirror
 from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
 from membersync.warehouse.lifecycle.upkeep import upkeep
-from rich.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,6 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
 
     The build adds the committed nights the warehouse lacks; ``full_refresh`` rebuilds them all.
     """
-    err = Console(stderr=True, highlight=False)
-    out = Console(highlight=False)
     try:
         names = check_report_names(reports)
         data_dir = _data_dir()
@@ -71,16 +71,12 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
             paths = export_reports(data_dir, night, names)
             published = publish_reports(data_dir, paths)  # s3://: uploaded; else the paths
     except AlreadyRunning as exc:
-        err.print(
-            f"[bold red]error:[/] {exc}; it rebuilds the warehouse when it commits, "
-            "or run `membersync reports` again after it",
-            soft_wrap=True,
-        )
+        error(f"{exc}; it rebuilds the warehouse when it commits, or run `membersync reports` again after it")
         return 1
     except (ExportError, BuildInputError, ManifestError, ErasureKeyError) as exc:
         raise _usage_error(str(exc)) from None
     except (BuildError, StoreError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        error(str(exc))
         return 1
     if result.built_nights:
         how = "rebuilt whole" if result.full_refresh else "built incrementally"
@@ -123,7 +119,6 @@ def run_docs_cli() -> int:
         page = generate_docs(data_dir)
     except DocsError as exc:
         raise _usage_error(str(exc)) from None
-    out = Console(highlight=False)
     out.print(f"docs site: {page} (open it in a browser; one file, no server needed)", soft_wrap=True)
     out.print(
         f"for a web server: {page.with_name('index.html')} with manifest.json and catalog.json",
@@ -195,3 +190,14 @@ def _check_not_empty(query: str) -> None:
         return  # a syntax error: the run on the warehouse reports it as "SQL failed: ..."
     if not statements:
         raise _usage_error(EMPTY_QUERY)
+
+
+def run_report_html_cli(night: dt.date | None) -> int:
+    """Write the morning report of ``night`` (default: the newest) from the warehouse as built."""
+    data_dir = _data_dir()
+    try:
+        path = write_morning_report(data_dir, night)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    out.print(f"morning report: {path}", soft_wrap=True)
+    return 0
