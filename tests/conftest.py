@@ -174,22 +174,28 @@ def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     return env
 
 
-# The longest files first (measured: the slowest tests of a CI run), so that the workers
-# (`tests/checks.py` runs pytest-xdist with --dist loadfile) finish together instead of one
-# starting a 5-minute file when the others are nearly done. Order only: every test still runs.
-# (The reliability scenarios are three files for that reason: in one file they were ~11 minutes,
-# longer than half the suite, on one worker.)
+# The longest files first, so that the workers (`tests/checks.py` runs pytest-xdist with
+# --dist loadfile) finish together instead of one starting a 5-minute file when the others are
+# nearly done. Order only: every test still runs. By the time their slowest tests took in a full
+# run (`tests/checks.py` at 69409ca, the durations it prints): the lifecycle files (retention,
+# migrate, forget) were not listed and started last, a tail of ~5 minutes on one worker.
 LONGEST_FIRST = (
-    "test_reliability_kills.py",
-    "test_work_pool.py",
-    "test_warehouse_incremental.py",
-    "test_reliability_prefect.py",
-    "test_reliability.py",
-    "test_nightly.py",
-    "test_audit.py",
+    "test_reliability_kills.py",  # ~370 s
+    "test_retention.py",  # ~340 s (its 430-night history is a module fixture)
+    "test_migrate.py",  # ~280 s
+    "test_work_pool.py",  # ~280 s
+    "test_warehouse_incremental.py",  # ~260 s
+    "test_forget.py",  # ~210 s
+    "test_reliability_prefect.py",  # ~200 s
+    "test_reliability.py",  # ~190 s
     "test_object_storage.py",
-    "test_shards.py",
+    "test_audit.py",
     "test_reports_truth.py",
+    "test_shards.py",
+    "test_nightly.py",
+    "test_notify.py",
+    "test_privacy_attacks.py",
+    "test_cli_commands.py",
 )
 
 

@@ -35,10 +35,11 @@ from membersync.flows.nightly import with_queued
 from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.zone import LandingZone
-from reliability import Outcome, Workspace
 
 # Three nights, the last one tomorrow (the latest night a sync accepts); data up to the first.
-ANCHOR = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+from nights import LAST_NIGHT as ANCHOR
+from reliability import Outcome, Workspace
+
 NIGHT1, NIGHT2, NIGHT3 = ANCHOR, ANCHOR + dt.timedelta(days=1), ANCHOR + dt.timedelta(days=2)
 # The table each kind of silent change shows up in (and in no other). Every compared table has
 # its own kind: one the audit would miss if that table were dropped from it (see

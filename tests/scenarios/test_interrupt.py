@@ -8,7 +8,6 @@ staged batches reused by the next run, which lands the night exactly (counts fro
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import signal
 import subprocess
@@ -23,10 +22,10 @@ from conftest_prefect import prefect_harness  # noqa: F401  (module fixture)
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
+from nights import TONIGHT as NIGHT
 from nights import sync_env, truth_counts
 from repo_root import REPO
 
-NIGHT = dt.date.today()  # a night the CLI accepts (never in the future)
 CMD = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", NIGHT.isoformat(), "--no-progress"]
 
 

@@ -8,7 +8,6 @@ is the sandbox's own state (:mod:`truth`).
 
 from __future__ import annotations
 
-import datetime as dt
 import tempfile
 import threading
 from collections.abc import Callable
@@ -24,9 +23,9 @@ from membersync.models.tables import LANDED_BY_NAME as BY_NAME
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.storage import ObjectStore, s3_filesystem
 from membersync.warehouse.landing.zone import LandingError, LandingZone
+from nights import TONIGHT as NIGHT
 from reliability import Workspace, inspect
 
-NIGHT = dt.datetime.now(dt.UTC).date()
 CHARTS_DRAWN = 10  # every chart of the morning report (warehouse/exports/morning.py read_charts), drawn
 
 

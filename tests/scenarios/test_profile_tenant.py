@@ -22,9 +22,9 @@ import truth
 from landed import synced_numbers
 from membersync.extract.profile import Profile
 from membersync.extract.sandbox.server import RunningSandbox
+from nights import LAST_NIGHT as ANCHOR
 from reliability import Workspace
 
-ANCHOR = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
 NIGHT1, NIGHT2 = ANCHOR, ANCHOR + dt.timedelta(days=1)
 
 TENANT = """

@@ -35,9 +35,9 @@ from membersync.extract.sandbox.server import SandboxConfig, build_service, star
 from membersync.flows.batches import SIMPLE_READS, Batch, ClientRef, RawBatch, type_batch
 from membersync.models import tables as T
 from membersync.models.coerce import BatchBuilder, TimezoneLookup
+from nights import TONIGHT as ANCHOR
 from reliability import Workspace, record
 
-ANCHOR = dt.datetime.now(dt.UTC).date()
 CANARY = "SECRET-CANARY-7731"
 CLIENT_NUMBER = "000042"
 EXAMPLES = 600

@@ -45,9 +45,9 @@ import truth
 from membersync.extract.sandbox import model as m
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
 from membersync.extract.sandbox.state import Service
+from nights import TONIGHT as ANCHOR
 from reliability import Workspace
 
-ANCHOR = dt.datetime.now(dt.UTC).date()
 NIGHTS = (
     ANCHOR - dt.timedelta(days=1),
     ANCHOR,

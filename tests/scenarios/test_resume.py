@@ -9,7 +9,6 @@ clients while saying "clients synced 500". Truth: the sandbox's own client numbe
 
 from __future__ import annotations
 
-import datetime as dt
 import signal
 import subprocess
 import sys
@@ -23,10 +22,9 @@ from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingError, LandingZone
+from nights import TONIGHT as NIGHT
 from nights import sync_env
 from repo_root import REPO
-
-NIGHT = dt.date.today()  # a night the CLI accepts (never in the future)
 
 
 def _sync(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

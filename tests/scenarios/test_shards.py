@@ -15,7 +15,6 @@ The work-pool test (``tests/scenarios/test_work_pool.py``) runs the same through
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import sys
 from collections.abc import Callable
@@ -32,11 +31,11 @@ from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.shards import ShardArea, ShardPlan, assign
 from membersync.warehouse.landing.storage import s3_filesystem
 from membersync.warehouse.landing.zone import LandingZone
+from nights import TONIGHT as NIGHT
 from nights import sync_env
 from repo_root import REPO
 from truth import assert_night_exact
 
-NIGHT = dt.date.today()
 WORKER = REPO / "tests" / "support" / "shard_worker.py"
 SHARDS = 4
 STALL = 20.0  # seconds without a beat or a finished batch before a running shard is given up

@@ -45,10 +45,11 @@ from membersync.flows.tenant_flow import (
 )
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
+from nights import TONIGHT as NIGHT
 from truth import assert_night_exact
 
 BIN = Path(sys.executable).parent
-NIGHT = dt.datetime.now(dt.UTC).date()
+
 AUTH = "ops:correct-horse-battery"
 POOL = "tenants-pool"
 RATE = 25.0

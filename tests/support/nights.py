@@ -3,12 +3,19 @@ environment, and the rows each table must hold after a full night (the sandbox's
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
 
 from membersync.extract.settings import ServiceSettings
 from pydantic import SecretStr
+
+# "Tonight", as the CLI means it: its default night is this machine's local date, and a night is
+# never in the future. Every test that syncs tonight (or last night) takes it from here: a UTC
+# date was "tomorrow" to the CLI for part of the day west of UTC.
+TONIGHT = dt.date.today()
+LAST_NIGHT = TONIGHT - dt.timedelta(days=1)
 
 
 def settings_for(sandbox: Any) -> ServiceSettings:

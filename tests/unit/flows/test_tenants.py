@@ -15,10 +15,10 @@ import pytest
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.flows.tenants import TenantsFileError, load_tenants
 from membersync.warehouse.landing.manifest import foreign_tenant, read_manifest
+from nights import TONIGHT as NIGHT
 from reliability import Workspace
 
 MEMBERSYNC = Path(sys.executable).parent / "membersync"
-NIGHT = dt.datetime.now(dt.UTC).date()
 
 GOOD = """
 [defaults]

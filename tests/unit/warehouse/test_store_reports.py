@@ -9,7 +9,6 @@ HTTP receiver per store behind Apprise's ``json://``. Truth by store: the sandbo
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +19,8 @@ import truth
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.warehouse.exports.export import REPORT_NAMES
 from membersync.warehouse.landing.paths import DataDir
+from nights import TONIGHT as NIGHT
 from receiver import PASSWORD, USERNAME, Receiver, base_env, membersync
-
-NIGHT = dt.date.today()
 
 
 def store_folder(data_dir: DataDir, store: str) -> Path:
