@@ -55,7 +55,7 @@ from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.landing.atomic import write_json_atomic
 from membersync.warehouse.landing.manifest import foreign_tenant
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.shards import add_counts, request_counts, status_counts
+from membersync.warehouse.landing.shard_area import add_counts, request_counts, status_counts
 
 log = logging.getLogger(__name__)
 

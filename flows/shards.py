@@ -3,7 +3,7 @@
 The night's own run (:class:`~membersync.flows.nightly.NightRun`, on one worker, holding the data
 dir's lock) opens the night, fetches the configuration and discovers the clients as always. With
 ``shards = N`` in the tenants file, its pending batches are then cut into N contiguous ranges of
-clients, the plan is written to the shard area (:mod:`membersync.warehouse.landing.shards`) and each
+clients, the plan is written to the shard area (:mod:`membersync.warehouse.landing.shard_area`) and each
 range is fetched by a **shard**: a run of the tenant's shard deployment, on any worker of the
 pool (:func:`fan_out`, through ``launch``: Prefect's ``run_deployment``). Every shard's requests
 take the tenant's shared rate-limit slots, so the shards together hold the tenant's limit.
@@ -33,7 +33,13 @@ from typing import Any
 from membersync.extract.settings import ServiceSettings
 from membersync.flows import batches as B
 from membersync.models.coerce import TimezoneLookup
-from membersync.warehouse.landing.shards import ShardArea, ShardPlan, assign, request_counts, status_counts
+from membersync.warehouse.landing.shard_area import (
+    ShardArea,
+    ShardPlan,
+    assign,
+    request_counts,
+    status_counts,
+)
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from typing import Any
 from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.flows.console import error
 from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
-from membersync.warehouse.landing.shards import ShardPlan
+from membersync.warehouse.landing.shard_area import ShardPlan
 from prefect import flow
 
 log = logging.getLogger(__name__)
@@ -330,7 +330,7 @@ async def tenant_shard(tenant: str, night: dt.date, run_id: str, shard: int) -> 
     from membersync.flows.nightly import prepare_prefect_env
     from membersync.flows.shards import land_shard
     from membersync.warehouse.landing.paths import DataDir
-    from membersync.warehouse.landing.shards import ShardArea
+    from membersync.warehouse.landing.shard_area import ShardArea
 
     prepare_prefect_env()
     worker = Settings.load()

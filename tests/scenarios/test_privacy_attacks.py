@@ -533,7 +533,7 @@ def test_case_6_a_shard_area_goes_with_every_version_of_every_object(
     """Case 6: a sharded night's area in a versioned bucket (raw numbers and names) is removed
     for good: no version of any of its objects is left."""
     from conftest import BUCKET
-    from membersync.warehouse.landing.shards import ShardArea
+    from membersync.warehouse.landing.shard_area import ShardArea
     from privacy_scan import object_versions, s3_client
 
     location = versioned("shards")

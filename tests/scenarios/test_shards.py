@@ -28,7 +28,7 @@ from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows.nightly import NightRun, SyncOptions, direct_steps, drive, holding_lock
 from membersync.flows.shards import fan_out
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.shards import ShardArea, ShardPlan, assign
+from membersync.warehouse.landing.shard_area import ShardArea, ShardPlan, assign
 from membersync.warehouse.landing.storage import s3_filesystem
 from membersync.warehouse.landing.zone import LandingZone
 from nights import TONIGHT as NIGHT

@@ -17,7 +17,7 @@ from membersync.extract.client import ClientOptions
 from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows.shards import land_shard
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.shards import ShardArea
+from membersync.warehouse.landing.shard_area import ShardArea
 
 
 def main() -> None:

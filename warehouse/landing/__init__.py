@@ -4,7 +4,7 @@
 recovers after any crash, and holds the data dir's lock; ``rewrite.py`` is the one way to change a
 committed night; ``atomic.py`` writes every file in place; ``storage.py`` is where it publishes
 (local or S3); ``identity.py`` the surrogate keys, their links and the erasure register;
-``paths.py`` the data dir's layout; ``shards.py`` the shards' area;
+``paths.py`` the data dir's layout; ``shard_area.py`` the shards' area;
 ``crashpoints.py`` the named crash points; ``freshness.py`` how old the newest night is.
 
 Invariant: a reader sees whole nights or nothing; only ``zone.py`` and ``rewrite.py`` publish.
