@@ -28,6 +28,7 @@ PEEK_REPORT = "outstanding_balances_by_store"
 def run_demo(clients: int = 300) -> int:
     from membersync.extract.sandbox.server import SandboxConfig, start_in_thread
     from membersync.flows import nightly
+    from membersync.flows.context import NightContext, handed_down
     from membersync.flows.progress import RichProgress
     from membersync.flows.sync_cli import print_summary
 
@@ -51,17 +52,15 @@ def run_demo(clients: int = 300) -> int:
         from membersync.flows import prefect_flow
         from membersync.flows.prefect_api import night_api
 
-        bar = RichProgress(err)
-        nightly.progress_factory = lambda: bar
+        context = NightContext.load()  # the environment just set, read once
+        context.progress = bar = RichProgress(err)
         try:
-            with night_api():  # PREFECT_API_URL's server, else one in this process
-                result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True))
+            with night_api(), handed_down(context) as key:  # PREFECT_API_URL's server, else its own
+                result = asyncio.run(prefect_flow.nightly_sync(night=night, full=True, context=key))
         except Exception as exc:
             bar.close()
             error(f"the demo night failed: {nightly.unwrap(exc)}")
             return 1
-        finally:
-            nightly.progress_factory = None
     summary = nightly.summary_from_flow_result(result)
     print_summary(summary, out)
     show_landing(data_dir, night)

@@ -806,8 +806,6 @@ def run_night(
 # holds the credentials) without either becoming a task parameter. Prefect forces this one
 # global: a task's parameters are recorded by its server, so the run itself cannot be one.
 RUNS: dict[str, NightRun] = {}
-# Set by the CLI and the demo before they call the flow (a progress bar is not a flow parameter).
-progress_factory: Any = None
 
 # Prefect defaults for a batch job on a busy machine, unless the user set them: the ephemeral
 # server gets longer to start (its default, 20 s, is not enough on a loaded 2-core machine) and

@@ -19,12 +19,11 @@ import logging
 import uuid
 from typing import Any
 
-from membersync.extract.settings import ServiceSettings, Settings
 from membersync.flows import nightly
+from membersync.flows.context import NightContext, context_for
 from membersync.flows.interrupt import reclaim_sigterm
-from membersync.flows.nightly import NightRun, StepRunner, SyncOptions, drive, holding_lock, unwrap
+from membersync.flows.nightly import NightRun, StepRunner, drive, unwrap
 from membersync.flows.notify import Notifier, resume_command
-from membersync.warehouse.landing.paths import DataDir
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -97,32 +96,33 @@ SUMMARY_ARTIFACT_KEY = "membersync-night-summary"
 
 
 @flow(name="membersync-nightly", persist_result=False, log_prints=False)
-async def nightly_sync(night: dt.date | None = None, full: bool = False) -> dict[str, Any]:
+async def nightly_sync(
+    night: dt.date | None = None, full: bool = False, context: str | None = None
+) -> dict[str, Any]:
     """One night of sync (Prefect flow). Settings come from the environment, never parameters.
 
     ``night`` defaults to today's date (this machine's local date); ``full`` lists every
-    client and fetches whole histories. Returns the run summary (counts only).
+    client and fetches whole histories. ``context``: the key under which ``membersync sync``
+    handed its :class:`NightContext` down (settings, lock and progress, built once); a run in
+    another process (a schedule, a worker) reads its own environment. Returns the run summary
+    (counts only).
     """
     # `serve` ships this function by value (cloudpickle) to the process that runs it: a name
     # its annotations use (dt) must also appear in its body, or Prefect cannot resolve them there.
     night = night or dt.date.today()
-    # The environment, read here: a flow run may be in another process (serve, a worker), and
-    # parameters must never carry the credentials.
-    config = Settings.load()
-    return await run_night_in_flow(night, full, config, SyncOptions.from_settings(config))
+    return await run_night_in_flow(night, full, context_for(context))
 
 
 async def run_night_in_flow(
     night: dt.date | None,
     full: bool,
-    config: Settings,
-    options: SyncOptions,
+    context: NightContext,
     fan_out: Any = None,
     resume: str | None = None,
 ) -> dict[str, Any]:
-    """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): service and
-    data dir from ``config``, the steps as tasks, the summary as artifacts. ``fan_out``: how a
-    large tenant's batches are fetched by shards (:attr:`NightRun.fan_out`).
+    """The body of a night inside a running flow (``nightly_sync``, ``tenant_night``): service,
+    data dir, lock and progress from ``context``, the steps as tasks, the summary as artifacts.
+    ``fan_out``: how a large tenant's batches are fetched by shards (:attr:`NightRun.fan_out`).
 
     A night a deployment runs (``membersync serve``'s schedule, a tenant's deployment on a work
     pool) that fails, or ends uncommitted, sends one message through ``MEMBERSYNC_NOTIFY``
@@ -132,19 +132,16 @@ async def run_night_in_flow(
     from prefect.artifacts import acreate_table_artifact
 
     reclaim_sigterm()  # under `membersync sync`: one Ctrl-C/SIGTERM path, see reclaim_sigterm
-    settings = ServiceSettings.from_settings(config)
-    data_dir = DataDir.from_settings(config)
-    notifier = Notifier.from_settings(config) if _run_by_a_deployment() else None
+    notifier = context.notifier if _run_by_a_deployment() else None
     night = night or dt.date.today()
     resume = resume or resume_command(night, full)
-    factory = nightly.progress_factory
-    progress = factory() if factory is not None else None
-    run = NightRun(settings, data_dir, night, full=full, options=options, progress=progress)
+    settings, data_dir, options = context.settings, context.data_dir, context.options
+    run = NightRun(settings, data_dir, night, full=full, options=options, progress=context.progress)
     run.fan_out = fan_out
     key = uuid.uuid4().hex
     nightly.RUNS[key] = run
     try:
-        with holding_lock(data_dir) as zone:
+        with context.lock() as zone:
             run.zone = zone
             try:
                 summary = await drive(run, task_steps(key))

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from membersync.extract.profile import ProfileError
-from membersync.extract.settings import ServiceSettings, Settings, SettingsError
+from membersync.extract.settings import ServiceSettings, SettingsError
 from membersync.flows import logfile, nightgc, nightly
 from membersync.flows.console import err, error, out
+from membersync.flows.context import NightContext, handed_down
 from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
-from membersync.flows.notify import Notifier, resume_command
+from membersync.flows.notify import resume_command
 from membersync.flows.progress import NullProgress, Progress, RichProgress
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.manifest import foreign_tenant
-from membersync.warehouse.landing.paths import DataDir
 from rich.console import Console
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def run_sync_cli(
 
     started = time.monotonic()
     try:
-        setup = _SyncSetup.load()
+        setup = NightContext.load()
     except (SettingsError, ProfileError) as exc:
         return _fail(str(exc), 2)
     try:
@@ -63,7 +63,7 @@ def run_sync_cli(
     logfile.capture_stray_output(log_file, err)
     command = _SyncNight(setup, night, full, log_file, resume_command(night, full))
     try:
-        with nightly.holding_lock(setup.data_dir):
+        with setup.lock():
             outcome = command.run_locked(progress)
     except AlreadyRunning as exc:
         return _fail(f"already running: {exc}", 1)
@@ -77,29 +77,7 @@ def run_sync_cli(
     return 0
 
 
-@dataclass(frozen=True)
-class _SyncSetup:
-    """What ``membersync sync`` reads from the environment, all of it checked before any work."""
-
-    config: Settings
-    settings: ServiceSettings
-    options: nightly.SyncOptions
-    data_dir: DataDir
-    notifier: Notifier
-
-    @classmethod
-    def load(cls) -> _SyncSetup:
-        """Raises SettingsError or ProfileError (one line, naming the setting)."""
-        config = Settings.load()  # every MEMBERSYNC_* variable, read and checked once
-        settings = ServiceSettings.from_settings(config)
-        settings.profile()
-        options = nightly.SyncOptions.from_settings(config)
-        data_dir = DataDir.from_settings(config)
-        notifier = Notifier.from_settings(config)  # a bad MEMBERSYNC_NOTIFY: before any work
-        return cls(config, settings, options, data_dir, notifier)
-
-
-def _refusal(setup: _SyncSetup, night: dt.date, force: bool) -> str | None:
+def _refusal(setup: NightContext, night: dt.date, force: bool) -> str | None:
     """Why this night must not run at this data location (one line), or None."""
     from membersync.warehouse.landing.identity import ErasureKeyError, erasure_key, read_register
     from membersync.warehouse.landing.zone import LandingZone
@@ -121,7 +99,7 @@ def _refusal(setup: _SyncSetup, night: dt.date, force: bool) -> str | None:
 class _SyncNight:
     """One night of ``membersync sync``, its settings read and its log open."""
 
-    setup: _SyncSetup
+    setup: NightContext
     night: dt.date
     full: bool
     log_file: Path
@@ -150,17 +128,9 @@ class _SyncNight:
         if problem is not None:
             return self.night_failed(problem, 1)
         bar: Progress = RichProgress(err) if progress else NullProgress()
+        setup.progress = bar
         try:
-            return _run(
-                setup.settings,
-                setup.data_dir,
-                night,
-                self.full,
-                setup.options,
-                bar,
-                setup.config.prefect,
-                self.last_words,
-            )
+            return _run(setup, night, self.full, bar, self.last_words)
         except Interrupted as exc:
             bar.close()
             signame = exc.signal
@@ -168,10 +138,10 @@ class _SyncNight:
             return self.night_failed(self.last_words(signame), EXIT_INTERRUPTED, interrupted=True)
         except Exception as exc:
             bar.close()
-            error = nightly.unwrap(exc)
-            log.error("night %s failed: %s", night, error, exc_info=error)
+            cause = nightly.unwrap(exc)
+            log.error("night %s failed: %s", night, cause, exc_info=cause)
             return self.night_failed(
-                f"night {night} failed: {nightly.one_line(error)} (log: {self.log_file})", 1
+                f"night {night} failed: {nightly.one_line(cause)} (log: {self.log_file})", 1
             )
 
 
@@ -239,20 +209,18 @@ def _committed(result: Any) -> bool:
 
 
 def _run(
-    settings: ServiceSettings,
-    data_dir: DataDir,
+    context: NightContext,
     night: dt.date,
     full: bool,
-    options: nightly.SyncOptions,
     bar: Progress,
-    use_prefect: bool,
     last_words: Callable[[str], str],
 ) -> nightly.RunSummary:
     def say(signame: str) -> None:
         bar.close()
         _fail(last_words(signame), EXIT_INTERRUPTED)
 
-    if not use_prefect:
+    settings, data_dir, options = context.settings, context.data_dir, context.options
+    if not context.config.prefect:
         return run_until_signal(
             nightly.arun_night(settings, data_dir, night, full=full, options=options, progress=bar),
             say,
@@ -265,16 +233,12 @@ def _run(
         from membersync.flows.prefect_api import night_api
 
     logfile.quiet_console()  # Prefect's console handlers would break the bar and the one-line errors
-    nightly.progress_factory = lambda: bar
-    try:
-        with night_api():  # PREFECT_API_URL's server, else one served from a thread of this process
-            result: dict[str, Any] = run_until_signal(
-                prefect_flow.nightly_sync(night=night, full=full),
-                say,
-                _committed,
-            )
-    finally:
-        nightly.progress_factory = None
+    with night_api(), handed_down(context) as key:  # PREFECT_API_URL's server, else one of its own
+        result: dict[str, Any] = run_until_signal(
+            prefect_flow.nightly_sync(night=night, full=full, context=key),
+            say,
+            _committed,
+        )
     return nightly.summary_from_flow_result(result)
 
 

@@ -283,6 +283,7 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
     A tenant with ``shards = N`` fetches its batches through N runs of its shard deployment
     (:func:`tenant_shard`, :mod:`membersync.flows.shards`) and commits once, here.
     """
+    from membersync.flows.context import NightContext
     from membersync.flows.nightly import prepare_prefect_env
     from membersync.flows.prefect_flow import run_night_in_flow
     from membersync.flows.shards import fan_out
@@ -311,7 +312,7 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
         try:
             night = night or dt.date.today()
             resume = resume_command(found.name, night, full)
-            return await run_night_in_flow(night, full, config, options, sharded, resume)
+            return await run_night_in_flow(night, full, NightContext.load(config, options), sharded, resume)
         finally:
             if gate is not None:
                 log.info("tenant %s: %d slot acquisitions of %d", found.name, gate.acquisitions, gate.chunk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -372,7 +373,9 @@ def test_prefect_flow_runs_a_task_per_batch_and_publishes_a_summary_artifact(
     names = sorted(r.name for r in runs)
     assert sum(n.startswith("batch-") for n in names) == 5  # one task run per batch, not per client
     assert len(runs) == 5 + 4
-    assert secret not in repr(flow_run.parameters) and set(flow_run.parameters) <= {"night", "full"}
+    assert secret not in repr(flow_run.parameters)
+    assert set(flow_run.parameters) <= {"night", "full", "context"}  # context: a key, or None
+    assert re.fullmatch(r"[0-9a-f]{32}", flow_run.parameters.get("context") or "0" * 32)
     assert artifacts and artifacts[0].type == "table"
     text = str(artifacts[0].data)
     assert "requests" in text and "rows: clients" in text and secret not in text
