@@ -308,7 +308,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- the landing --------------------------------------------------------------------------------
     Mutation(
         "landing_keeps_replaced",
-        "warehouse/landing/zone.py",
+        "warehouse/landing/night.py",
         "                        _remove(entry)  # the replaced files of an earlier run of this night",
         "                        pass  # the replaced files of an earlier run of this night",
         ("tests/unit/warehouse/test_landing.py::test_rerun_of_a_night_replaces_it_without_duplicates",),
@@ -316,7 +316,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "landing_incomplete_commit",
-        "warehouse/landing/zone.py",
+        "warehouse/landing/night.py",
         "    if got != expected:",
         "    if got < 0:",
         ("tests/scenarios/test_resume.py",),
@@ -417,8 +417,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "forget_no_reexport",
         "warehouse/lifecycle/forget.py",
-        '    reports = reexport(zone.data_dir, erasure.plan.get("reports", []))',
-        "    reports: list[str] = []",
+        '    reports, removed = reexport(_built(zone.data_dir, erasure), erasure.plan.get("reports", []))',
+        "    reports: list[str] = []\n    removed: list[str] = []",
         (
             "tests/unit/warehouse/test_forget.py::test_case_forget_leaves_no_byte_of_the_canaries_anywhere_and_reports_stay_exact",
         ),

@@ -1,5 +1,5 @@
 """One way to change a committed night (issue 60): besides a night's own commit
-(``warehouse/landing/zone.py``), only ``warehouse/landing/rewrite.py`` (behind
+(``warehouse/landing/night.py``), only ``warehouse/landing/rewrite.py`` (behind
 ``LandingZone.rewrite_night`` and ``remove_night``) publishes a landed file or writes or removes
 a manifest. A new wing that does it itself (forget, retention and migrate did, each its own way)
 fails here."""
@@ -16,7 +16,7 @@ PUBLISHING = {"commit_manifest", "remove_manifest", "publish"}
 # write_parquet_atomic writes a landed file in place: only the commit paths may.
 WRITING = {"write_parquet_atomic"}
 ALLOWED = {
-    "membersync.warehouse.landing.zone",  # a night's own commit
+    "membersync.warehouse.landing.night",  # a night's own commit
     "membersync.warehouse.landing.rewrite",  # every later change to a committed night
     "membersync.warehouse.landing.storage",  # where the operations are defined
     "membersync.warehouse.landing.atomic",  # where write_parquet_atomic is defined
@@ -47,7 +47,9 @@ def publishers() -> dict[str, set[str]]:
 
 def test_only_the_landing_zone_publishes_files_or_manifests() -> None:
     found = publishers()
-    assert {"membersync.warehouse.landing.zone", "membersync.warehouse.landing.rewrite"} <= set(found)  # seen
+    assert {"membersync.warehouse.landing.night", "membersync.warehouse.landing.rewrite"} <= set(
+        found
+    )  # seen
     assert {name: hits for name, hits in found.items() if name not in ALLOWED} == {}
 
 

@@ -20,9 +20,10 @@ import truth
 from conftest import SECRET, s3_prefix  # the moto S3 fixtures (s3_endpoint, aws_env) live in conftest
 from membersync.extract.sandbox.server import RunningSandbox
 from membersync.models.tables import LANDED_BY_NAME as BY_NAME
+from membersync.warehouse.landing.night import LandingError
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.storage import ObjectStore, s3_filesystem
-from membersync.warehouse.landing.zone import LandingError, LandingZone
+from membersync.warehouse.landing.zone import LandingZone
 from nights import TONIGHT as NIGHT
 from reliability import Workspace, inspect
 

@@ -20,8 +20,9 @@ import pyarrow as pa
 from landed import synced_numbers
 from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
+from membersync.warehouse.landing.night import LandingError
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.zone import LandingError, LandingZone
+from membersync.warehouse.landing.zone import LandingZone
 from nights import TONIGHT as NIGHT
 from nights import sync_env
 from repo_root import REPO

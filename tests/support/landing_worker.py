@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 from membersync.models.coerce import BatchBuilder, quarantine_table
+from membersync.warehouse.landing.night import LandingWriteError
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.zone import LandingWriteError, LandingZone
+from membersync.warehouse.landing.zone import LandingZone
 
 
 def batch_items(batch: int, rows: int) -> list[dict[str, object]]:

@@ -41,8 +41,8 @@ from membersync.models.coerce import to_json
 from membersync.models.tables import BY_NAME, QUARANTINE_SCHEMA
 from membersync.warehouse.landing.atomic import write_file_atomic
 from membersync.warehouse.landing.crashpoints import crashpoint
+from membersync.warehouse.landing.night import client_digest
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.zone import client_digest
 
 QUARANTINE = "_quarantine"
 PLAN_FORMAT = 1

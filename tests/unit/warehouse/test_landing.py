@@ -24,16 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 from landing_batches import land_night, members
 from membersync.models.coerce import BatchBuilder, quarantine_table
+from membersync.warehouse.landing import night as night_mod
 from membersync.warehouse.landing import zone as landing_mod
 from membersync.warehouse.landing.manifest import read_manifests
+from membersync.warehouse.landing.night import LandingError, LandingWriteError, SavedPlan
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.zone import (
-    AlreadyRunning,
-    LandingError,
-    LandingWriteError,
-    LandingZone,
-    SavedPlan,
-)
+from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
 from repo_root import REPO
 
 WORKER = REPO / "tests" / "support" / "landing_worker.py"
@@ -134,7 +130,7 @@ def test_modes_are_owner_only_whatever_the_umask(zone: LandingZone, open_umask: 
 
 
 def test_write_batch_is_all_or_nothing(zone: LandingZone, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = landing_mod._write_parquet
+    real = night_mod._write_parquet
     calls = {"n": 0}
 
     def second_file_fails(table: pa.Table, path: Path) -> None:
@@ -145,13 +141,13 @@ def test_write_batch_is_all_or_nothing(zone: LandingZone, monkeypatch: pytest.Mo
 
     with zone.lock():
         run = zone.open_night(D1, "full")
-        monkeypatch.setattr(landing_mod, "_write_parquet", second_file_fails)
+        monkeypatch.setattr(night_mod, "_write_parquet", second_file_fails)
         tables, quarantine = members(0, 3)
         with pytest.raises(LandingWriteError, match="No space left on device"):
             run.write_batch("b0", tables, quarantine)  # memberships written, quarantine fails
         assert run.done_batches() == set()
         assert list(run.batches.iterdir()) == []  # no half batch, no temp folder
-        monkeypatch.setattr(landing_mod, "_write_parquet", real)
+        monkeypatch.setattr(night_mod, "_write_parquet", real)
         run.write_batch("b0", tables, quarantine)
         assert run.done_batches() == {"b0"}
 
@@ -193,7 +189,7 @@ def test_rerun_of_a_night_replaces_it_without_duplicates(zone: LandingZone) -> N
 def test_case_a_discovery_of_many_chunks_is_saved_whole_and_read_back_exactly(zone: LandingZone) -> None:
     """Case: the saved discovery is written a chunk of records at a time (from a generator, so
     never all as dicts at once); across chunk boundaries it reads back record for record."""
-    count = 2 * landing_mod.DISCOVERY_CHUNK + 1
+    count = 2 * night_mod.DISCOVERY_CHUNK + 1
     expected = [
         {
             "clientNumber": f"{i:06d}",
@@ -217,7 +213,7 @@ def test_case_a_record_that_cannot_be_written_fails_clearly_and_keeps_the_saved_
 ) -> None:
     """Case: a record JSON cannot hold (non-string keys) in the last chunk: a clear error, the
     earlier saved discovery stays as it was, and no temporary file is left."""
-    records = [{"clientNumber": f"{i:06d}"} for i in range(landing_mod.DISCOVERY_CHUNK)]
+    records = [{"clientNumber": f"{i:06d}"} for i in range(night_mod.DISCOVERY_CHUNK)]
     with zone.lock():
         run = zone.open_night(D1, "full")
         run.save_discovery(records, 2)
