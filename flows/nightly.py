@@ -695,6 +695,28 @@ def direct_steps(run: NightRun) -> StepRunner:
     return step
 
 
+async def _land_clients(run: NightRun, step: StepRunner, pending: list[str]) -> None:
+    """The discovered batches (``batches_in_flight`` at a time, or through the shards), then the
+    self-audit (incremental nights), whose heal=now batches land before the commit too."""
+    slots = asyncio.Semaphore(run.options.batches_in_flight)
+
+    async def one(batch_id: str) -> None:
+        async with slots:
+            await step("land_batch", batch_id)
+
+    run.progress.phase("clients")
+    if run.fan_out is not None and pending:
+        await step("land_by_shards", pending)
+    else:
+        async with asyncio.TaskGroup() as group:
+            for batch_id in pending:
+                group.create_task(one(batch_id))
+    healing = await step("audit") if run.summary.mode == "incremental" else []
+    async with asyncio.TaskGroup() as group:
+        for batch_id in healing:
+            group.create_task(one(batch_id))
+
+
 async def drive(run: NightRun, step: StepRunner) -> RunSummary:
     """The night's steps in order; batches ``batches_in_flight`` at a time. The caller holds the lock.
 
@@ -707,26 +729,7 @@ async def drive(run: NightRun, step: StepRunner) -> RunSummary:
         run.upkeep()
         await run.open()
         await step("land_config")
-        pending = await step("discover")
-        slots = asyncio.Semaphore(run.options.batches_in_flight)
-
-        async def one(batch_id: str) -> None:
-            async with slots:
-                await step("land_batch", batch_id)
-
-        run.progress.phase("clients")
-        if run.fan_out is not None and pending:
-            await step("land_by_shards", pending)
-        else:
-            async with asyncio.TaskGroup() as group:
-                for batch_id in pending:
-                    group.create_task(one(batch_id))
-        # The self-audit (incremental nights); with heal=now, the clients that differed are
-        # synced tonight in extra batches before the commit.
-        healing = await step("audit") if run.summary.mode == "incremental" else []
-        async with asyncio.TaskGroup() as group:
-            for batch_id in healing:
-                group.create_task(one(batch_id))
+        await _land_clients(run, step, await step("discover"))
         await step("commit")
     except BaseException as exc:
         run.summary.status = "failed"

@@ -129,8 +129,6 @@ async def run_night_in_flow(
     saying how to resume (``resume``; default: the ``membersync sync`` command). A night that
     ``membersync sync`` runs is left to it: it says the same in the terminal, then sends it.
     """
-    from prefect.artifacts import acreate_table_artifact
-
     reclaim_sigterm()  # under `membersync sync`: one Ctrl-C/SIGTERM path, see reclaim_sigterm
     notifier = context.notifier if _run_by_a_deployment() else None
     night = night or dt.date.today()
@@ -152,19 +150,26 @@ async def run_night_in_flow(
         raise
     finally:
         del nightly.RUNS[key]
-        try:
-            await acreate_table_artifact(
-                key=SUMMARY_ARTIFACT_KEY,
-                table=run.summary.table_rows(keys=True),
-                description=f"membersync night {run.summary.night} ({run.summary.status})",
-            )
-        except Exception as exc:  # the summary is also in the manifest: never mask the night's outcome
-            logging.getLogger(__name__).warning("could not record the summary artifact: %s", exc)
-        await _morning_report_artifact(run.summary.night, run.summary.reports)
+        await _summary_artifacts(run.summary)
     shortfall = summary.shortfall()
     if shortfall is not None:
         await _tell(notifier, night, shortfall, resume)
     return summary.as_dict()
+
+
+async def _summary_artifacts(summary: nightly.RunSummary) -> None:
+    """The night's summary as a table artifact, and a link to its morning report (if written)."""
+    from prefect.artifacts import acreate_table_artifact
+
+    try:
+        await acreate_table_artifact(
+            key=SUMMARY_ARTIFACT_KEY,
+            table=summary.table_rows(keys=True),
+            description=f"membersync night {summary.night} ({summary.status})",
+        )
+    except Exception as exc:  # the summary is also in the manifest: never mask the night's outcome
+        logging.getLogger(__name__).warning("could not record the summary artifact: %s", exc)
+    await _morning_report_artifact(summary.night, summary.reports)
 
 
 def _run_by_a_deployment() -> bool:
