@@ -331,27 +331,17 @@ class Night:
                 _conform(quarantine, TYPED_QUARANTINE_SCHEMA, "quarantine"), self.keys
             )
         marker = self.batches / f"{batch_id}.done"
-        final = self.batches / batch_id
-        tmp = tmp_name(final)
+        tmp = tmp_name(self.batches / batch_id)
         try:
             if marker.exists():  # rewriting a done batch: it is not done until rewritten
                 marker.unlink()
                 fsync_dir(self.batches)
-            if final.exists():
-                _remove(final)
-            make_dirs(tmp, self.zone.data_dir.root)
-            rows: dict[str, int] = {}
-            for name, table in typed.items():
-                rows[name] = table.num_rows
-                if table.num_rows:
-                    _write_parquet(table, tmp / f"{name}.parquet")
-            by_table = _count_by_table(quarantine)
-            if quarantine is not None and quarantine.num_rows:
-                _write_parquet(quarantine, tmp / QUARANTINE_FILE)
-            fsync_dir(tmp)
-            os.rename(tmp, final)
-            fsync_dir(self.batches)
-            body: dict[str, Any] = {"batch": batch_id, "tables": rows, "quarantine": by_table}
+            rows = self._stage_files(batch_id, tmp, typed, quarantine)
+            body: dict[str, Any] = {
+                "batch": batch_id,
+                "tables": rows,
+                "quarantine": _count_by_table(quarantine),
+            }
             if clients is not None:
                 body["clients"] = {"count": len(clients), "digest": client_digest(clients)}
             write_bytes_atomic(marker, json.dumps(body, sort_keys=True).encode())
@@ -363,6 +353,26 @@ class Night:
                 f"{_describe(exc)}"
             ) from None
         crashpoint("after_batch_landed")
+
+    def _stage_files(
+        self, batch_id: str, tmp: Path, typed: Mapping[str, pa.Table], quarantine: pa.Table | None
+    ) -> dict[str, int]:
+        """A batch's files written in ``tmp``, fsynced, then renamed into place; its rows by table."""
+        final = self.batches / batch_id
+        if final.exists():
+            _remove(final)
+        make_dirs(tmp, self.zone.data_dir.root)
+        rows: dict[str, int] = {}
+        for name, table in typed.items():
+            rows[name] = table.num_rows
+            if table.num_rows:
+                _write_parquet(table, tmp / f"{name}.parquet")
+        if quarantine is not None and quarantine.num_rows:
+            _write_parquet(quarantine, tmp / QUARANTINE_FILE)
+        fsync_dir(tmp)
+        os.rename(tmp, final)
+        fsync_dir(self.batches)
+        return rows
 
     # -- commit ---------------------------------------------------------------------------------
 
