@@ -1,9 +1,10 @@
 """The CLI's one place to write: ``out`` (what a command answers, on stdout), ``err`` (progress,
 notes and errors, on stderr), and :func:`error`, the one error printer.
 
-An error is one line, ``error: <message>``: the message is text, never rich markup, so a client
-number, a path or a SQL error holding ``[`` ... ``]`` is shown as it is (as markup it was
-mangled, or raised rich's MarkupError instead of the one line).
+Nothing printed is read as rich markup (both consoles have it off): a client number, a path or a
+SQL error holding ``[`` ... ``]`` is shown as it is (as markup it was mangled, or raised rich's
+MarkupError instead of the one line). Styles are given as ``style=`` or :class:`~rich.text.Text`.
+An error is one line, ``error: <message>``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, markup=False)
+err = Console(stderr=True, highlight=False, markup=False)
 
 
 def error(message: str, console: Any = None) -> None:

@@ -20,6 +20,7 @@ from membersync.extract.settings import Settings
 from membersync.flows.console import err, error, out
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
+from rich.text import Text
 
 DEMO_DATA_DIR = DEFAULT_DATA_DIR / "demo"
 PEEK_REPORT = "outstanding_balances_by_store"
@@ -36,9 +37,8 @@ def run_demo(clients: int = 300) -> int:
     data_dir = DataDir(Path(chosen).resolve()) if chosen else DataDir(DEMO_DATA_DIR)
     night = dt.date.today()
     config = SandboxConfig(clients=clients, username="demo", password="demo-sandbox-password")
-    out.print(
-        f"[bold]membersync demo[/]: a sandbox with {clients:,} clients, one night, data dir {data_dir.root}"
-    )
+    intro = f": a sandbox with {clients:,} clients, one night, data dir {data_dir.root}"
+    out.print(Text.assemble(("membersync demo", "bold"), intro))
     with start_in_thread(config) as sandbox:
         out.print(f"sandbox serving on {sandbox.url} (loopback)")
         os.environ.update(
@@ -73,7 +73,7 @@ def show_landing(data_dir: DataDir, night: dt.date) -> None:
 
     manifest = read_manifest(data_dir.manifests, night)
     if manifest is None:
-        out.print(f"[red]no committed manifest for {night}[/]")
+        out.print(f"no committed manifest for {night}", style="red")
         return
     rows: list[tuple[object, ...]] = []
     for name, files in sorted(manifest.tables.items()):

@@ -31,6 +31,7 @@ from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.storage import StoreError, publish_reports, refresh_mirror
 from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
 from membersync.warehouse.lifecycle.upkeep import upkeep
+from rich.text import Text
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
     else:
         out.print(f"warehouse {result.path}: {len(result.nights)} night(s), up to date", soft_wrap=True)
     for where, values in result.others.items():
-        err.print(f"[yellow]note:[/] {where}: {sum(values.values())} row(s) counted as other", soft_wrap=True)
+        counted = f" {where}: {sum(values.values())} row(s) counted as other"
+        err.print(Text.assemble(("note:", "yellow"), counted), soft_wrap=True)
     for where in published:
         out.print(where, soft_wrap=True)
     return 0

@@ -133,6 +133,7 @@ def print_table(
             f"[yellow]note:[/] {len(left_out)} column(s) left out to fit {out.width} characters: "
             f"{escape(', '.join(left_out))}{f' ({full_view})' if full_view else ''}",
             soft_wrap=True,
+            markup=True,  # its own markup; the names are escaped
         )
 
 

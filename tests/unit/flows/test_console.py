@@ -52,3 +52,14 @@ def test_case_a_tenants_file_error_keeps_its_bracketed_table_name(tmp_path: Path
     done = _cli("tenants", "check", str(empty), data_dir=tmp_path / "data")
     assert done.returncode == 2
     assert done.stderr.strip() == f"error: {empty}: no tenant (add a [tenants.<name>] table)"
+
+
+def test_case_the_shared_consoles_never_read_text_as_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    """A path or a name holding brackets, printed by any command (not only as an error)."""
+    from membersync.flows.console import err, out
+
+    out.print("report: /data/[/x]/[bold]r.csv", soft_wrap=True)
+    err.print("note: [tenants.alpha]", soft_wrap=True)
+    captured = capsys.readouterr()
+    assert captured.out == "report: /data/[/x]/[bold]r.csv\n"
+    assert captured.err == "note: [tenants.alpha]\n"
