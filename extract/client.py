@@ -21,7 +21,8 @@ Failures become the typed errors of :mod:`membersync.extract.errors` and are ret
 Credentials travel only in the Authorization header (HTTP Basic): never in a URL, a log line or an
 error. The HTTP stack's loggers get a redacting filter (:mod:`membersync.extract.redact`).
 
-By default requests go straight to aiohttp (:class:`_DirectAiohttp`, one ``ClientSession``):
+By default requests go straight to aiohttp (one ``ClientSession``, see
+:mod:`membersync.extract.transport`):
 without httpx's request, response, header and stream objects per request, a night's marginal
 CPU per request fell from 0.80 to 0.29 ms (``python -m membersync.flows.benchmarks.cpu marginal``).
 Pass ``transport=`` to go through httpx with another transport (``httpx.MockTransport`` in
@@ -33,7 +34,6 @@ httpx-aiohttp costs about a third of httpx's own transport's CPU per request (me
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import random
 import time
@@ -50,7 +50,7 @@ import yarl
 from membersync.extract import catalogue, constants, redact
 from membersync.extract.catalogue import Endpoint
 from membersync.extract.concurrency import AdaptiveConcurrency
-from membersync.extract.deadlines import Deadlines, Watch
+from membersync.extract.deadlines import Deadlines
 from membersync.extract.errors import (
     ProtocolError,
     RateLimitedError,
@@ -129,24 +129,19 @@ from membersync.extract.records import (
 )
 from membersync.extract.retry import parse_retry_after, retry_delay, should_retry
 from membersync.extract.settings import ServiceSettings, Settings
-
-try:
-    import aiohttp
-
-    _HAVE_AIOHTTP = True
-    _TRANSPORT_EXCEPTIONS: tuple[type[BaseException], ...] = (
-        httpx.RequestError,
-        aiohttp.ClientError,
-        OSError,
-    )
-except ImportError:  # pragma: no cover
-    _HAVE_AIOHTTP = False
-    _TRANSPORT_EXCEPTIONS = (httpx.RequestError, OSError)
+from membersync.extract.transport import (
+    DEFAULT_HEADERS,
+    HAVE_AIOHTTP,
+    JSON_HEADERS,
+    TRANSPORT_EXCEPTIONS,
+    CookielessClient,
+    DirectAiohttp,
+    default_transport,
+)
 
 logger = logging.getLogger(__name__)
 
 _E = catalogue.BY_NAME
-_JSON_HEADERS = {"Content-Type": "application/json"}
 _ANNOUNCE_PROBE = 20  # answers without RateLimit-* headers before we stop looking (but on 429s)
 # Body fields whose values a server's error message must never echo into our error text.
 _SECRET_BODY_FIELDS = frozenset(redact.SECRET_FIELD_NAMES)
@@ -414,9 +409,9 @@ class ServiceClient:
         """The HTTP path and every attempt's deadlines. The default goes straight to aiohttp (a
         third of the CPU per request of httpx over httpx-aiohttp); an injected transport or
         ``transport="httpx"`` goes through httpx."""
-        self._direct: _DirectAiohttp | None = None
+        self._direct: DirectAiohttp | None = None
         self._http: httpx.AsyncClient | None = None
-        direct = transport is None and opts.transport == "aiohttp" and _HAVE_AIOHTTP
+        direct = transport is None and opts.transport == "aiohttp" and HAVE_AIOHTTP
         # Every attempt's deadline, and on the direct path its read timeout too, in one timer.
         self._deadlines = Deadlines(
             read_timeout=opts.read_timeout if direct else None,
@@ -424,13 +419,15 @@ class ServiceClient:
             connect_timeout=opts.connect_timeout,
         )
         if direct:
-            self._direct = _DirectAiohttp(opts, username, password)
+            self._direct = DirectAiohttp(
+                username, password, opts.connect_timeout, opts.pool_timeout, opts.max_concurrency
+            )
         else:
-            self._http = _CookielessClient(
+            self._http = CookielessClient(
                 auth=httpx.BasicAuth(username, password),
-                transport=transport or _default_transport(opts),
+                transport=transport or default_transport(opts.transport, opts.max_concurrency),
                 timeout=opts.timeout(),
-                headers=_DEFAULT_HEADERS,
+                headers=DEFAULT_HEADERS,
                 follow_redirects=False,
                 trust_env=False,  # no .netrc credentials or proxy settings picked up behind our back
             )
@@ -588,27 +585,7 @@ class ServiceClient:
             await self.rate.wait_turn()
             started = self._clock()
             stats.requests += 1
-            try:
-                # The whole attempt has a deadline (a trickling server resets the read timeout
-                # with every byte), and on the direct path the read timeout is kept beside it;
-                # either surfaces as the builtin TimeoutError -> ReadTimeoutError.
-                async with self._deadlines.attempt() as watch:
-                    if self._direct is not None:
-                        status, headers, data = await self._direct.fetch(ep.method, url, content, watch)
-                    else:
-                        assert self._http is not None
-                        response = await self._http.request(
-                            ep.method,
-                            url,
-                            content=content,
-                            headers=_JSON_HEADERS if content is not None else None,
-                        )
-                        status, headers, data = response.status_code, response.headers, response.content
-            except _TRANSPORT_EXCEPTIONS as exc:
-                stats.transport_errors += 1
-                error = transport_error(ep.name, exc)
-                logger.debug("%s %s -> %s", ep.method, ep.name, type(error).__name__)
-                raise error from None
+            status, headers, data = await self._send(ep, url, content)
             now = self._clock()
             by_status = stats.by_status
             by_status[status] = by_status.get(status, 0) + 1
@@ -628,6 +605,28 @@ class ServiceClient:
             return result
         finally:
             self.concurrency.release(success)
+
+    async def _send(
+        self, ep: Endpoint, url: Any, content: bytes | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """One request on the wire: status, headers, body; a transport failure as a typed error."""
+        try:
+            # The whole attempt has a deadline (a trickling server resets the read timeout
+            # with every byte), and on the direct path the read timeout is kept beside it;
+            # either surfaces as the builtin TimeoutError -> ReadTimeoutError.
+            async with self._deadlines.attempt() as watch:
+                if self._direct is not None:
+                    return await self._direct.fetch(ep.method, url, content, watch)
+                assert self._http is not None
+                response = await self._http.request(
+                    ep.method, url, content=content, headers=JSON_HEADERS if content is not None else None
+                )
+                return response.status_code, response.headers, response.content
+        except TRANSPORT_EXCEPTIONS as exc:
+            self.stats.transport_errors += 1
+            error = transport_error(ep.name, exc)
+            logger.debug("%s %s -> %s", ep.method, ep.name, type(error).__name__)
+            raise error from None
 
     def _status_error(
         self,
@@ -903,108 +902,5 @@ class ServiceClient:
         return await self._post(_E["login"], body)
 
 
-_DEFAULT_HEADERS = {"Accept": "application/json", "User-Agent": "membersync"}
-
-
-class _DirectAiohttp:
-    """The default HTTP path: aiohttp's ``ClientSession`` without httpx on top.
-
-    Same wire behaviour as httpx over httpx-aiohttp's transport (the headers, HTTP Basic as
-    httpx encodes it (UTF-8), no redirects followed, no cookies kept, no proxy or ``.netrc``
-    from the environment, the connect/read/pool timeouts (the read timeout kept by the
-    client's :class:`~membersync.extract.deadlines.Deadlines`), one pool of ``max_concurrency``
-    connections kept alive 30 s, gzip/deflate decoded), without httpx's request, response,
-    header and stream objects per request. aiohttp's exceptions reach
-    :func:`~membersync.extract.errors.transport_error` unmapped, which classifies them.
-    The session is opened on the first request (it needs the running loop).
-    """
-
-    def __init__(
-        self,
-        opts: ClientOptions,
-        username: str,
-        password: str,
-    ) -> None:
-        token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
-        self._headers = {**_DEFAULT_HEADERS, "Authorization": f"Basic {token}"}
-        # No sock_read: the read timeout is the client's Deadlines' (one timer for every
-        # attempt, not one re-armed per chunk received).
-        self._timeout = aiohttp.ClientTimeout(
-            sock_connect=opts.connect_timeout, sock_read=None, connect=opts.pool_timeout
-        )
-        self._limit = opts.max_concurrency
-        self._session: aiohttp.ClientSession | None = None
-
-    def _open(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=self._limit, keepalive_timeout=30.0, ssl=httpx.create_ssl_context()
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            headers=self._headers,
-            timeout=self._timeout,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-        )
-        return self._session
-
-    async def fetch(
-        self, method: str, url: yarl.URL, content: bytes | None, watch: Watch
-    ) -> tuple[int, Mapping[str, str], bytes]:
-        session = self._session or self._open()
-        response = await session.request(
-            method,
-            url,
-            data=content,
-            headers=_JSON_HEADERS if content is not None else None,
-            allow_redirects=False,
-        )
-        watch.reading(response.content)  # the read timeout restarts while the body grows
-        data = await response.read()  # releases the connection (closes it on an error)
-        return response.status, response.headers, data
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-
-class _NoCookies(httpx.Cookies):
-    def extract_cookies(self, response: httpx.Response) -> None:
-        return None
-
-
-_NO_COOKIES = _NoCookies()
-
-
-class _CookielessClient(httpx.AsyncClient):
-    """An httpx client that neither keeps nor sends cookies.
-
-    The service authenticates every request (Basic); it needs no cookies and we want no
-    session state. httpx runs urllib's cookie jar over every response, which costs about a
-    tenth of our CPU per request; this client skips it.
-    """
-
-    @property  # type: ignore[override]
-    def cookies(self) -> httpx.Cookies:
-        return _NO_COOKIES
-
-    @cookies.setter
-    def cookies(self, value: Any) -> None:
-        return None
-
-
 def _secret_values(body: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(v) for k, v in body.items() if k in _SECRET_BODY_FIELDS and v not in (None, ""))
-
-
-def _default_transport(opts: ClientOptions) -> httpx.AsyncBaseTransport:
-    limits = httpx.Limits(
-        max_connections=opts.max_concurrency,
-        max_keepalive_connections=opts.max_concurrency,
-        keepalive_expiry=30.0,
-    )
-    if opts.transport == "aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-
-        return AiohttpTransport(limits=limits)
-    return httpx.AsyncHTTPTransport(limits=limits)

@@ -38,7 +38,7 @@ import orjson
 from aiohttp import web
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
-from membersync.extract.sandbox import data
+from membersync.extract.sandbox import population
 from membersync.extract.sandbox.state import Service
 from membersync.extract.sandbox.validation import ApiError, bad, parse_date, parse_utc
 from membersync.extract.settings import SettingsError
@@ -194,7 +194,7 @@ class TokenBucket:
 def build_service(config: SandboxConfig) -> Service:
     profile = config.profile or Profile.default()
     started = time.perf_counter()
-    service = data.generate(
+    service = population.generate(
         config.seed, config.clients, config.stores, config.anchor, max_page_size=profile.max_page_size
     )
     if not config.lazy:
@@ -288,33 +288,12 @@ class SandboxServer:
                 ApiError(401, "unauthorized", "missing or wrong Basic credentials"),
                 {"WWW-Authenticate": 'Basic realm="svcapi"'},
             )
-        limit_headers: dict[str, str] | None = None
-        if self.config.rate > 0:
-            bucket = self._bucket(user)
-            wait = bucket.take()
-            if self.config.announce_limits:
-                limit_headers = bucket.announce()
-            second = int(time.monotonic())
-            if wait > 0:
-                stats.refused_per_second[second] += 1
-            else:
-                stats.passed_per_second[second] += 1
-            if wait > 0:
-                stats.rate_limited += 1
-                retry = str(max(1, math.ceil(wait)))
-                return self._error(
-                    ApiError(429, "rate_limited", f"rate limit exceeded: retry after {retry}s"),
-                    {"Retry-After": retry, **(limit_headers or {})},
-                )
+        limit_headers, refusal = self._rate_limit(user)
+        if refusal is not None:
+            return refusal
         route = self.routes.get((request.method, request.path))
         if route is None:
-            allowed = self.methods.get(request.path)
-            if allowed:
-                return self._error(
-                    ApiError(405, "method_not_allowed", f"{request.method} not allowed on {request.path}"),
-                    {"Allow": ", ".join(allowed)},
-                )
-            return self._error(ApiError(404, "not_found", f"no endpoint {request.path}"))
+            return self._unrouted(request)
         stats.by_endpoint[route.endpoint.name] += 1
         if self.config.latency_ms:
             await asyncio.sleep(self.config.latency_ms / 1000)
@@ -335,6 +314,36 @@ class SandboxServer:
             body = body[: max(1, len(body) // 2)]
         stats.by_status[200] += 1
         return web.Response(body=body, content_type=JSON_TYPE, headers=limit_headers)
+
+    def _rate_limit(self, user: str) -> tuple[dict[str, str] | None, web.Response | None]:
+        """The user's bucket takes this request: its headers (when announced), and a 429 if empty."""
+        if self.config.rate <= 0:
+            return None, None
+        stats = self.stats
+        bucket = self._bucket(user)
+        wait = bucket.take()
+        limit_headers = bucket.announce() if self.config.announce_limits else None
+        second = int(time.monotonic())
+        if wait <= 0:
+            stats.passed_per_second[second] += 1
+            return limit_headers, None
+        stats.refused_per_second[second] += 1
+        stats.rate_limited += 1
+        retry = str(max(1, math.ceil(wait)))
+        refusal = self._error(
+            ApiError(429, "rate_limited", f"rate limit exceeded: retry after {retry}s"),
+            {"Retry-After": retry, **(limit_headers or {})},
+        )
+        return limit_headers, refusal
+
+    def _unrouted(self, request: web.BaseRequest) -> web.Response:
+        allowed = self.methods.get(request.path)
+        if allowed:
+            return self._error(
+                ApiError(405, "method_not_allowed", f"{request.method} not allowed on {request.path}"),
+                {"Allow": ", ".join(allowed)},
+            )
+        return self._error(ApiError(404, "not_found", f"no endpoint {request.path}"))
 
     async def _answer(self, request: web.BaseRequest, route: _Route) -> bytes:
         ep = route.endpoint

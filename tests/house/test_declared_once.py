@@ -21,7 +21,7 @@ import yaml
 from membersync.extract import catalogue, redact
 from membersync.extract import records as R
 from membersync.extract.client import ServiceClient
-from membersync.extract.sandbox import data
+from membersync.extract.sandbox import population
 from membersync.flows import batches as B
 from membersync.models import coerce
 from membersync.models import tables as T
@@ -140,7 +140,7 @@ class Rendered:
     every store, both credential types, every client discovery finds, every membership."""
 
     def __init__(self, clients: int = 120, stores: int = 4, seed: int = 7) -> None:
-        self.service = data.generate(seed, clients, stores, ANCHOR)
+        self.service = population.generate(seed, clients, stores, ANCHOR)
         self.service.materialize_all()
         self._answers: dict[str, list[Request]] = {}
 

@@ -29,7 +29,7 @@ import orjson
 import pytest
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
-from membersync.extract.sandbox import data
+from membersync.extract.sandbox import population
 from membersync.extract.sandbox.server import FAULT_KINDS, RunningSandbox, SandboxConfig, start_in_thread
 from membersync.extract.sandbox.state import Service
 from membersync.extract.settings import SettingsError
@@ -1193,13 +1193,13 @@ def snapshot(service: Service) -> list[Any]:
 
 
 def test_same_seed_same_data_whatever_the_order_of_first_use() -> None:
-    eager = data.generate(11, 120, 4, ANCHOR)
+    eager = population.generate(11, 120, 4, ANCHOR)
     eager.materialize_all()
-    lazy = data.generate(11, 120, 4, ANCHOR)
+    lazy = population.generate(11, 120, 4, ANCHOR)
     for number in reversed(sorted(lazy.clients)):  # first use in another order
         lazy.clientpackages(number)
     assert snapshot(eager) == snapshot(lazy)
-    other = data.generate(12, 120, 4, ANCHOR)
+    other = population.generate(12, 120, 4, ANCHOR)
     assert snapshot(other) != snapshot(eager)
 
 
@@ -1248,7 +1248,7 @@ def test_generated_data_covers_what_clients_must_cope_with(seed: int) -> None:
             ),
         }
 
-    f = facts(data.generate(seed, 200, 5, ANCHOR))
+    f = facts(population.generate(seed, 200, 5, ANCHOR))
     for status in catalogue.MEMBERSHIP_STATUSES:
         assert (status, True) in f["statuses"], status
     assert {s for s, eft in f["statuses"] if not eft} >= {"Active", "Expired"}

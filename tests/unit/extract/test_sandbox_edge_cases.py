@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 from membersync.extract import catalogue
-from membersync.extract.sandbox import data
+from membersync.extract.sandbox import data, population
 from membersync.extract.sandbox.state import Service
 
 ANCHOR = dt.date(2026, 11, 23)
@@ -19,7 +19,7 @@ TOP = 50
 
 
 def generated(seed: int, clients: int = 200, stores: int = DEFAULT_STORES) -> Service:
-    service = data.generate(seed, clients, stores, ANCHOR)
+    service = population.generate(seed, clients, stores, ANCHOR)
     service.materialize_all()
     return service
 
