@@ -431,18 +431,7 @@ class NightRun:
             discovery = B.summarize_discovery(saved.clients, self.previous_watermark)
             batch_size = saved.batch_size or self.options.batch_size
         else:
-            since = (
-                None
-                if self.summary.mode == "full"
-                else B.modified_since(self.previous_watermark, self.options.watermark_overlap)
-            )
-            discovery = await B.discover(self.client, self.storecodes, since, self.previous_watermark)
-            if since is not None:  # a full night lists everyone anyway
-                queue = await asyncio.to_thread(A.read_queue, self.data_dir)
-                if queue:
-                    links = await asyncio.to_thread(lambda: self.night.keys.links)
-                    numbers = {key: number for number, key in links.items()}
-                    discovery = with_queued(discovery, A.queued_discovery(queue, numbers))
+            discovery = await self._discover_afresh()
             batch_size = self.options.batch_size
             records = (c.wire() for c in discovery.clients)
             await asyncio.to_thread(self.night.remember_identity, discovery.identity)
@@ -469,6 +458,23 @@ class NightRun:
             len(reused),
         )
         return pending
+
+    async def _discover_afresh(self) -> B.Discovery:
+        """Who changed since the watermark (everyone on a full night), with the audit's queue."""
+        since = (
+            None
+            if self.summary.mode == "full"
+            else B.modified_since(self.previous_watermark, self.options.watermark_overlap)
+        )
+        discovery = await B.discover(self.client, self.storecodes, since, self.previous_watermark)
+        if since is None:  # a full night lists everyone anyway
+            return discovery
+        queue = await asyncio.to_thread(A.read_queue, self.data_dir)
+        if not queue:
+            return discovery
+        links = await asyncio.to_thread(lambda: self.night.keys.links)
+        numbers = {key: number for number, key in links.items()}
+        return with_queued(discovery, A.queued_discovery(queue, numbers))
 
     def _reusable_batches(self) -> set[str]:
         """Staged batches that hold exactly their planned clients; every other one is discarded."""

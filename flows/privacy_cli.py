@@ -153,7 +153,8 @@ def show_outcome(outcome: Outcome, already: int = 0) -> None:
 
 def run_retention_cli(dry_run: bool, wait: bool) -> int:
     """``membersync retention``: apply ``MEMBERSYNC_RETENTION`` now (or list what it would remove)."""
-    from membersync.warehouse.build.builder import BuildError, build_warehouse
+    from membersync.warehouse.build.builder import build_warehouse
+    from membersync.warehouse.build.errors import BuildError
     from membersync.warehouse.landing.identity import ErasureKeyError
     from membersync.warehouse.landing.storage import StoreError, refresh_mirror
     from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone

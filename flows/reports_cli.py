@@ -20,8 +20,9 @@ import duckdb
 from membersync.extract.settings import Settings, UsageError
 from membersync.flows.console import err, error, out
 from membersync.models.tables import PERSONAL_COLUMNS
-from membersync.warehouse.build.builder import BuildError, BuildInputError, build_warehouse, committed_nights
+from membersync.warehouse.build.builder import build_warehouse, committed_nights
 from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
+from membersync.warehouse.build.errors import BuildError, BuildInputError
 from membersync.warehouse.exports.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.exports.morning import write_morning_report
 from membersync.warehouse.exports.table_print import print_table

@@ -485,7 +485,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- privacy that fails closed (issue 59) -----------------------------------------------------
     Mutation(
         "tiers_unchecked",
-        "warehouse/build/builder.py",
+        "warehouse/build/verdict.py",
         "    _check_tiers(run)\n",
         "",
         (ATTACKS + "::test_case_12_the_build_refuses_a_model_declared_in_the_wrong_tier",),

@@ -448,8 +448,9 @@ def test_case_12_the_build_refuses_a_model_declared_in_the_wrong_tier(
 ) -> None:
     """Case 12: an analyst model reading the identity, and a stored part carrying per-person
     data, each fail the build naming the model; nothing is published."""
-    from membersync.warehouse.build.builder import BuildCheckError, build_warehouse
+    from membersync.warehouse.build.builder import build_warehouse
     from membersync.warehouse.build.dbt_run import SQL_DIR
+    from membersync.warehouse.build.errors import BuildCheckError
 
     project = tmp_path / "sql"
     shutil.copytree(SQL_DIR, project, ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"))

@@ -19,8 +19,9 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from membersync.flows.benchmarks.synthetic import FIRST_NIGHT, STORES, History, Sale, land_night
-from membersync.warehouse.build.builder import TMP_PREFIX, build_warehouse
+from membersync.warehouse.build.builder import build_warehouse
 from membersync.warehouse.build.catalog import parts_dir, warehouse_dir
+from membersync.warehouse.build.publish import TMP_PREFIX
 from membersync.warehouse.exports.export import REPORT_NAMES, export_reports
 from membersync.warehouse.landing.paths import DataDir
 from repo_root import REPO

@@ -18,7 +18,9 @@ import pytest
 import warehouse_scenario as sc
 from membersync.flows.benchmarks.synthetic import write_night
 from membersync.warehouse.build import builder as build_module
-from membersync.warehouse.build.builder import BuildStaleError, build_warehouse
+from membersync.warehouse.build.builder import build_warehouse
+from membersync.warehouse.build.errors import BuildStaleError
+from membersync.warehouse.build.publish import TMP_PREFIX
 from membersync.warehouse.landing.manifest import read_manifests
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
@@ -70,4 +72,4 @@ def test_a_build_that_read_older_manifests_never_replaces_a_newer_warehouse(
     with pytest.raises(BuildStaleError, match="a newer warehouse was published"):
         build_warehouse(data_dir)
     assert _nights_in_warehouse(data_dir) == [N1, N2]
-    assert not list(data_dir.root.glob(f"{build_module.TMP_PREFIX}*"))  # no temporary left
+    assert not list(data_dir.root.glob(f"{TMP_PREFIX}*"))  # no temporary left

@@ -26,22 +26,32 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import logging
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 from membersync.extract.settings import Settings
-from membersync.models.tables import LANDED, PERSONAL_COLUMNS
+from membersync.models.tables import LANDED
 from membersync.warehouse.build import catalog as cat
 from membersync.warehouse.build import dbt_run
+from membersync.warehouse.build.errors import BuildCheckError, BuildInputError, newer_nights, stale
+from membersync.warehouse.build.project import LAYERS, SQL_DIR, Model, load_models
+from membersync.warehouse.build.publish import (
+    TIERS,
+    TMP_PREFIX,
+    build_lock,
+    connect,
+    follow_rewritten_nights,
+    swap_in_catalog,
+)
+from membersync.warehouse.build.verdict import raise_first_failure
 from membersync.warehouse.landing.atomic import alive
 from membersync.warehouse.landing.crashpoints import crashpoint
 from membersync.warehouse.landing.manifest import Manifest, read_manifests
@@ -50,70 +60,8 @@ from membersync.warehouse.landing.zone import sweep_personal_files
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = dbt_run.SQL_DIR
-LAYERS = ("staging", "marts", "reports", "identity")
-TIERS = ("identified", "analyst")  # the catalogs a build publishes (the identified one first)
-TMP_PREFIX = "warehouse.duckdb.building-"
 SCRATCH_PREFIX = "scratch-"  # per-build folders of earlier versions, removed when found
 SCRATCH_DIR = "scratch"
-# When several tests fail, the error names the first of these kinds (a broken key explains the rest).
-TEST_PRIORITY = {dbt_run.STAGING_CHECK: 0, dbt_run.KEYS_CHECK: 0, "accepted_values": 1, "references": 2}
-
-
-class BuildError(RuntimeError):
-    """The build failed; the previous warehouse is untouched."""
-
-
-class BuildInputError(BuildError, ValueError):
-    """The landing zone cannot be built from (no committed night, a manifest names a missing file)."""
-
-
-class BuildStaleError(BuildError):
-    """A newer warehouse was published while this build ran; the newer one is kept."""
-
-
-class BuildCheckError(BuildError):
-    """A model failed a test (or did not build); the message names the model and the check."""
-
-    def __init__(self, model: str, check: str, detail: str) -> None:
-        self.model = model
-        self.check = check
-        self.detail = detail
-        super().__init__(f"build check failed: {model}: {check}: {detail}")
-
-
-@dataclass(frozen=True)
-class Model:
-    """A dbt model as analysts see it: ``<layer>.<table>`` with its grain and key (from its YAML)."""
-
-    name: str  # schema.table
-    layer: str
-    path: Path
-    grain: str
-    key: tuple[str, ...]
-    storage: str
-
-
-def load_models(sql_dir: Path | None = None) -> list[Model]:
-    """Every model of the dbt project (default: the package's ``sql/``), from its layer's YAML."""
-    root = sql_dir or SQL_DIR
-    models = []
-    for entry in dbt_run.model_yaml(root):
-        config = entry.get("config") or {}
-        meta = config.get("meta") or {}
-        name = str(entry["name"])
-        table = name.removeprefix("stg_").removeprefix("identified_")
-        models.append(
-            Model(
-                name=f"{config.get('schema', entry['_layer'])}.{table}",
-                layer=entry["_layer"],
-                path=dbt_run.sql_path(root, entry["_layer"], name),
-                grain=str(meta.get("grain", "")),
-                key=tuple(meta.get("key") or ()),
-                storage=str(meta.get("storage", "")),
-            )
-        )
-    return models
 
 
 @dataclass(frozen=True)
@@ -178,11 +126,11 @@ def build_warehouse(
     if not manifests:
         raise BuildInputError(f"no committed night in {data_dir.manifests}: run `membersync sync` first")
     data_dir.root.mkdir(parents=True, exist_ok=True)
-    with _build_lock(data_dir):
+    with build_lock(data_dir):
         _remove_stale_temporaries(data_dir)
         plan = _plan(data_dir, manifests, project, full_refresh)
         if not plan.build_nights:
-            _follow_rewritten_nights(data_dir, manifests)
+            follow_rewritten_nights(data_dir, manifests)
             log.info(
                 "warehouse up to date: %d night(s) up to %s", len(manifests), manifests[-1].snapshot_date
             )
@@ -226,19 +174,6 @@ def _with_seconds(result: BuildResult, seconds: float) -> BuildResult:
     return replace(result, seconds=round(seconds, 3))
 
 
-@contextlib.contextmanager
-def _build_lock(data_dir: DataDir) -> Iterator[None]:
-    """One build at a time per data dir (they share dbt's target folder); released by a crash too."""
-    folder = cat.warehouse_dir(data_dir)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(folder / ".build.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 # --------------------------------------------------------------------------------------------
 # What to build
 # --------------------------------------------------------------------------------------------
@@ -247,9 +182,9 @@ def _build_lock(data_dir: DataDir) -> Iterator[None]:
 def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refresh: bool) -> _Plan:
     ours = {m.snapshot_date: m.committed_at for m in manifests}
     published, facts, parts = cat.published_state(data_dir.warehouse_db)
-    newer = _newer_nights(published, ours)
+    newer = newer_nights(published, ours)
     if newer:
-        raise _stale(newer)
+        raise stale(newer)
     fingerprint = dbt_run.project_fingerprint(project)
     every_night = sorted(ours)
 
@@ -270,18 +205,6 @@ def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refr
     if any(d < newest for d in new):
         return full("a night older than the newest built one was committed")
     return _Plan(manifests, new, False, "incremental", fingerprint, parts, newest, parts)
-
-
-def _newer_nights(published: Mapping[dt.date, str], ours: Mapping[dt.date, str]) -> list[dt.date]:
-    """Nights the published warehouse holds that this build lacks, or holds in a later commit."""
-    return sorted(d for d, at in published.items() if d not in ours or at > ours[d])
-
-
-def _stale(newer: Sequence[dt.date]) -> BuildStaleError:
-    return BuildStaleError(
-        f"a newer warehouse was published while this build ran (it holds night(s) "
-        f"{', '.join(d.isoformat() for d in newer)} newer than this build's); keeping the newer one"
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,8 +235,8 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
             run = _run_dbt(data_dir, project, scratch_dir, scratch, plan)
         crashpoint("during_warehouse_build")
         relations = {n.unique_id: n.relation for n in run.models()}
-        with contextlib.closing(_connect(scratch)) as con:
-            _raise_first_failure(con, run, relations)
+        with contextlib.closing(connect(scratch)) as con:
+            raise_first_failure(con, run, relations)
             with _timed(phases, "parts"):
                 parts = _write_parts(con, data_dir, run, plan, build_id)
                 rows, duplicates, others = _tallies(con, run)
@@ -323,22 +246,10 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
                 _write_catalog(tmp, data_dir, plan, files, parts, run, checks, project, tier)
         crashpoint("during_warehouse_build")
         with _timed(phases, "publish"):
-            nights = {m.snapshot_date: m.committed_at for m in plan.manifests}
-            read_before = cat.published_landed_files(data_dir.identified_db)  # a reader may hold it
-            for tier, tmp in tmps.items():
-                _publish(tmp, data_dir.catalog(tier), nights)
-            removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.published_parts]])
-            # a replaced run's identity files, now that the catalogs read the new run's (those the
-            # replaced catalog read stay until the next build, as its parts do)
-            sweep_personal_files(data_dir, read_before)
-        if removed:
-            log.info("removed %d part(s) no catalog names any more", removed)
+            _publish_catalogs(data_dir, tmps, plan, parts)
         log.info("build phases (s): %s", ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
     finally:
-        for leftover in (p for tmp in tmps.values() for p in (tmp, Path(f"{tmp}.wal"))):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-        shutil.rmtree(scratch_dir, ignore_errors=True)
+        _remove_temporaries(tmps.values(), scratch_dir)
     return BuildResult(
         path=data_dir.warehouse_db,
         nights=tuple(m.snapshot_date for m in plan.manifests),
@@ -353,6 +264,29 @@ def _build(data_dir: DataDir, project: Path, plan: _Plan) -> BuildResult:
     )
 
 
+def _remove_temporaries(catalogs: Iterable[Path], scratch_dir: Path) -> None:
+    for leftover in (p for tmp in catalogs for p in (tmp, Path(f"{tmp}.wal"))):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+    shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
+def _publish_catalogs(
+    data_dir: DataDir, tmps: dict[str, Path], plan: _Plan, parts: Sequence[cat.Part]
+) -> None:
+    """Every tier's new catalog in place, then the parts and identity files no catalog reads."""
+    nights = {m.snapshot_date: m.committed_at for m in plan.manifests}
+    read_before = cat.published_landed_files(data_dir.identified_db)  # a reader may hold it
+    for tier, tmp in tmps.items():
+        swap_in_catalog(tmp, data_dir.catalog(tier), nights)
+    removed = cat.collect_garbage(data_dir, [p.path for p in [*parts, *plan.published_parts]])
+    # a replaced run's identity files, now that the catalogs read the new run's (those the
+    # replaced catalog read stay until the next build, as its parts do)
+    sweep_personal_files(data_dir, read_before)
+    if removed:
+        log.info("removed %d part(s) no catalog names any more", removed)
+
+
 @contextlib.contextmanager
 def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
     started = time.monotonic()
@@ -362,18 +296,10 @@ def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
         phases[name] = round(time.monotonic() - started, 3)
 
 
-def _connect(path: Path) -> duckdb.DuckDBPyConnection:
-    # No progress bar: a long COPY would draw one on the terminal of `membersync reports`.
-    con = duckdb.connect(str(path))
-    con.execute("SET enable_progress_bar = false")
-    con.execute("SET TimeZone = 'UTC'")
-    return con
-
-
 def _prepare_scratch(scratch: Path, project: Path, plan: _Plan, files: Sequence[cat.LandedFile]) -> None:
     """The sources dbt reads: meta (manifests), landing (the nights built), prior (published state)."""
     building = set(plan.build_nights)
-    with contextlib.closing(_connect(scratch)) as con:
+    with contextlib.closing(connect(scratch)) as con:
         for schema in ("meta", "landing", "prior", "history"):
             con.execute(f"CREATE SCHEMA {schema}")
         cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
@@ -448,98 +374,6 @@ def _run_dbt(
     if not run.nodes and not run.success:
         raise BuildCheckError("dbt", "parses", run.error or f"dbt failed; see {run.log_file}")
     return run
-
-
-def _raise_first_failure(
-    con: duckdb.DuckDBPyConnection, run: dbt_run.DbtRun, relations: Mapping[str, str]
-) -> None:
-    """A model that did not build, or the first test that failed, as a :class:`BuildCheckError`."""
-    for node in run.models():
-        if node.status in ("error", "runtime error"):
-            raise BuildCheckError(node.relation, "builds", node.message)
-        if node.storage not in cat.STORAGES:
-            raise BuildCheckError(
-                node.relation,
-                "storage",
-                f"meta.storage is {node.storage or 'not set'!r} in its YAML: say how its rows are kept "
-                f"({', '.join(cat.STORAGES)}; see sql/dbt_project.yml)",
-            )
-    _check_tiers(run)
-    key_checked = {m for t in run.tests() if t.check in dbt_run.KEY_CHECKS for m in t.reads}
-    for node in run.models():
-        if node.unique_id not in key_checked:
-            var = "landing_tables" if node.relation.startswith("staging.") else "keyed_models"
-            raise BuildCheckError(
-                node.relation,
-                "key",
-                f"no test checks its key: add it to the var {var} in sql/dbt_project.yml "
-                "(the singular tests in sql/tests/ check the key of every model listed there)",
-            )
-    failed = [t for t in run.tests() if t.status in ("fail", "error", "warn")]
-    # The most telling first: a broken key explains the failures of the tests that follow from it.
-    failed.sort(key=lambda t: TEST_PRIORITY.get(t.test_name or t.check, len(TEST_PRIORITY)))
-    for node in failed[:1]:
-        raise BuildCheckError(*_test_failure(con, node, relations))
-    if not run.success:
-        raise BuildCheckError("dbt", "build", run.error or f"dbt failed; see {run.log_file}")
-
-
-IDENTITY_SOURCES = frozenset(f"source.membersync.landing.{t.name}" for t in LANDED if t.tier == "identified")
-PERSONAL_SOURCES = frozenset(f"source.membersync.landing.{t.name}" for t in LANDED if t.personal)
-
-
-def _check_tiers(run: dbt_run.DbtRun) -> None:
-    """Where personal data may go: a model that reads the identity is of the identified tier, and
-    a model that reads per-person data is a view, never a part (so forgetting a person rewrites
-    the landed identity files and nothing else)."""
-    identified: set[str] = set()
-    carrying: set[str] = set()  # models whose rows carry per-person data (dbt's order: readers after)
-    for node in run.models():
-        reads_identity = bool(set(node.sources) & IDENTITY_SOURCES or set(node.reads) & identified)
-        if reads_identity and node.tier != "identified":
-            raise BuildCheckError(
-                node.relation, "tier", "it reads the identity: say meta.tier: identified in its YAML"
-            )
-        if node.tier == "identified":
-            identified.add(node.unique_id)
-        if set(node.sources) & PERSONAL_SOURCES or set(node.reads) & carrying:
-            if node.storage != cat.VIEW:
-                raise BuildCheckError(
-                    node.relation,
-                    "personal",
-                    "it reads per-person data: make it a view (meta.storage: view), so that forgetting a "
-                    "person rewrites the landed identity files and nothing else",
-                )
-            carrying.add(node.unique_id)
-
-
-def _test_failure(
-    con: duckdb.DuckDBPyConnection, node: dbt_run.Node, relations: Mapping[str, str]
-) -> tuple[str, str, str]:
-    """The failing model, the check and a few of the rows that fail (the test's own query, run
-    again). The first failing row may say more: a row with ``model`` and ``check_name`` (a singular
-    test over many models: keys, reconciliation) names both; ``table_name`` (landed rows against
-    the manifests) names the landed table."""
-    model = dbt_run.test_target(node, relations)
-    if node.status == "error" or not node.compiled_code:
-        return model, dbt_run.describe_test(node, relations), node.message
-    try:
-        cursor = con.execute(f"SELECT * FROM ({node.compiled_code}) LIMIT 3")
-        header = [d[0] for d in cursor.description or []]
-        examples = [dict(zip(header, row, strict=True)) for row in cursor.fetchall()]
-    except duckdb.Error:
-        return model, dbt_run.describe_test(node, relations), f"{node.failures} failing row(s)"
-    first = examples[0] if examples else {}
-    if "table_name" in first:
-        model = f"landing.{first['table_name']}"
-    model = str(first.get("model") or model)
-    check = str(first.get("check_name") or dbt_run.describe_test(node, relations))
-    # a failing row of an identified model may name a person: its personal columns are not shown
-    shown = "; ".join(
-        ", ".join(f"{k}={'[withheld]' if k in PERSONAL_COLUMNS else v}" for k, v in e.items())
-        for e in examples
-    )
-    return model, check, f"{node.failures} failing row(s), e.g. {shown}"
 
 
 def _write_parts(
@@ -618,7 +452,7 @@ def _write_catalog(
     names = {n.relation for n in models}
     withheld = [n.relation for n in run.models() if n.relation not in names]
     withheld += [f"landing.{t.name}" for t in LANDED if t.name not in readable]
-    with contextlib.closing(_connect(tmp)) as con:
+    with contextlib.closing(connect(tmp)) as con:
         for schema in ("meta", "landing", *(x for x in LAYERS if tier == "identified" or x != "identity")):
             con.execute(f"CREATE SCHEMA {schema}")
         cat.register_table(con, "meta.nights", _nights_table(plan.manifests))
@@ -666,182 +500,6 @@ def _models_table(models: Sequence[Model], project: Path) -> pa.Table:
             "file": pa.array([f"sql/{m.path.relative_to(project)}" for m in models], pa.string()),
         }
     )
-
-
-def _publish(tmp: Path, target: Path, nights: Mapping[dt.date, str]) -> None:
-    """Swap the new catalog in atomically; readers holding the old one keep it.
-
-    Never backwards: a build that read the manifests before a newer night was committed (and
-    built by someone else) must not replace that newer warehouse with its older one. Writers
-    hold the data dir's lock, so this is the last line of defence for a caller who does not.
-    """
-    published, _, _ = cat.published_state(target)
-    newer = _newer_nights(published, nights)
-    if newer:
-        raise _stale(newer)
-    os.chmod(tmp, FILE_MODE)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    # A write-ahead log left beside the old file (someone opened it read-write and crashed)
-    # would be replayed into the new file on its next open: it belongs to the old file, drop it.
-    stale_wal = Path(f"{target}.wal")
-    if stale_wal.exists():
-        log.warning("removing a stale write-ahead log %s (it belongs to the replaced warehouse)", stale_wal)
-        stale_wal.unlink()
-    os.replace(tmp, target)
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _edit_catalogs(data_dir: DataDir, edit: Callable[[duckdb.DuckDBPyConnection, str], None]) -> list[Path]:
-    """Apply ``edit(con, tier)`` to a copy of each published catalog and swap the copy in (an
-    atomic rename, as a build publishes); returns the catalogs edited. The caller holds the build
-    lock. No model is rebuilt: an erasure or retention changes which files the views name."""
-    done = []
-    for tier in TIERS:
-        target = data_dir.catalog(tier)
-        if not target.is_file():
-            continue
-        tmp = data_dir.root / f"{TMP_PREFIX}{os.getpid()}-edit-{secrets.token_hex(3)}-{tier}"
-        try:
-            shutil.copyfile(target, tmp)
-            with contextlib.closing(_connect(tmp)) as con:
-                edit(con, tier)
-                con.execute("CHECKPOINT")
-            os.chmod(tmp, FILE_MODE)
-            os.replace(tmp, target)
-            done.append(target)
-        finally:
-            for leftover in (tmp, Path(f"{tmp}.wal")):
-                leftover.unlink(missing_ok=True)
-    return done
-
-
-def _follow_rewritten_nights(data_dir: DataDir, manifests: Sequence[Manifest]) -> None:
-    """A night rewritten in place (an erasure, retention, on this machine or another) keeps its
-    ``committed_at``: nothing to build, but a catalog still naming the files it replaced is
-    pointed at the new ones, and the replaced identity files go. The caller holds the build lock."""
-    files = cat.landed_files(data_dir, manifests)
-    named = {f.absolute for f in files}
-    stale = [
-        tier
-        for tier in TIERS
-        if data_dir.catalog(tier).is_file()
-        and set(cat.published_landed_files(data_dir.catalog(tier))) - named
-    ]
-    if stale:
-        log.info("catalog(s) %s read files no manifest names: pointed at the current ones", stale)
-        _edit_catalogs(data_dir, lambda con, tier: _replace_landing_views(con, files, tier))
-        sweep_personal_files(data_dir)
-
-
-def repoint_catalogs(data_dir: DataDir) -> list[Path]:
-    """Point each published catalog's landing views at the files the manifests name now."""
-    files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
-    with _build_lock(data_dir):
-        return _edit_catalogs(data_dir, lambda con, tier: _replace_landing_views(con, files, tier))
-
-
-def _replace_part_views(con: duckdb.DuckDBPyConnection, parts: Sequence[cat.Part], models: set[str]) -> None:
-    """The catalog's views of ``models`` (those it holds) over ``parts``."""
-    keys = {m.name: m.key for m in load_models()}
-    held = {
-        f"{s}.{v}" for s, v in con.execute("SELECT schema_name, view_name FROM duckdb_views()").fetchall()
-    }
-    for model in sorted(models & held):
-        con.execute(f"DROP VIEW {model}")
-        cat.create_part_view(con, model, [p for p in parts if p.model == model], keys.get(model, ()))
-
-
-def prune_nights(data_dir: DataDir, removed: Sequence[dt.date]) -> int:
-    """Retention removed ``removed`` from the landing zone: drop their rows from every part that
-    holds rows per night, forget them in ``meta.nights``, point the landing views at the files
-    now named; no model is rebuilt (the nights kept are as they were built). Returns the parts
-    rewritten; the parts they replace are deleted at once."""
-    published, _, parts = cat.published_state(data_dir.warehouse_db)
-    gone = sorted(set(removed) & set(published))
-    if not gone:
-        repoint_catalogs(data_dir)
-        return 0
-    keys = {m.name: m.key for m in load_models()}
-    build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
-    with _build_lock(data_dir), contextlib.closing(duckdb.connect()) as con:
-        rewritten = {
-            p.path: _pruned_part(con, data_dir, p, keys.get(p.model, ()), gone, build_id) for p in parts
-        }
-    kept = [rewritten.get(p.path) or p for p in parts]
-    changed = {p.model for p in parts if rewritten.get(p.path)}
-    _swap_pruned(data_dir, kept, changed, gone)
-    for old, new in rewritten.items():
-        if new is not None:
-            Path(old).unlink(missing_ok=True)
-    return sum(1 for p in rewritten.values() if p is not None)
-
-
-def _pruned_part(
-    con: duckdb.DuckDBPyConnection,
-    data_dir: DataDir,
-    part: cat.Part,
-    key: Sequence[str],
-    gone: Sequence[dt.date],
-    build_id: str,
-) -> cat.Part | None:
-    """``part`` without the rows of the nights ``gone`` (None: it holds none of them, or has no
-    rows per night: events, revenue by business date)."""
-    if part.storage == cat.LATEST or part.last_night < gone[0] or part.first_night > gone[-1]:
-        return None
-    scan = f"read_parquet('{part.path}')"
-    columns = {d[0] for d in con.execute(f"SELECT * FROM {scan} LIMIT 0").description or []}
-    column = "as_of_date" if "as_of_date" in columns else "snapshot_date" if "snapshot_date" in key else None
-    if column is None:
-        return None
-    nights = ", ".join(f"DATE '{n.isoformat()}'" for n in gone)
-    held = con.execute(f"SELECT count(*) FROM {scan} WHERE {column} IN ({nights})").fetchone()
-    if not held or not held[0]:
-        return None
-    folder = Path(part.path).parent
-    path = folder / f"{build_id}-pruned-{secrets.token_hex(2)}.parquet"
-    con.execute(
-        f"COPY (SELECT * FROM {scan} WHERE {column} NOT IN ({nights})) TO '{path}' "
-        "(FORMAT parquet, COMPRESSION zstd)"
-    )
-    os.chmod(path, FILE_MODE)
-    return cat.Part(part.model, part.storage, str(path), part.first_night, part.last_night)
-
-
-def _swap_pruned(
-    data_dir: DataDir, parts: Sequence[cat.Part], changed: set[str], gone: Sequence[dt.date]
-) -> None:
-    """Each tier's catalog with the pruned parts, ``meta.nights`` without ``gone`` and landing
-    views over the files named now, swapped in like a build's."""
-    files = cat.landed_files(data_dir, read_manifests(data_dir.manifests))
-    nights = ", ".join(f"DATE '{n.isoformat()}'" for n in gone)
-
-    def edit(con: duckdb.DuckDBPyConnection, tier: str) -> None:
-        con.execute(f"DELETE FROM meta.nights WHERE snapshot_date IN ({nights})")
-        con.execute("DROP TABLE meta.parts")
-        cat.register_table(con, "meta.parts", cat.parts_table(parts))
-        _replace_part_views(con, list(parts), changed)
-        _replace_landing_views(con, files, tier)
-
-    with _build_lock(data_dir):
-        _edit_catalogs(data_dir, edit)
-
-
-def _replace_landing_views(
-    con: duckdb.DuckDBPyConnection, files: Sequence[cat.LandedFile], tier: str
-) -> None:
-    tables = cat.tier_tables(tier)
-    readable = {t.name for t in tables} | {cat.QUARANTINE}
-    for name in sorted(readable):
-        con.execute(f"DROP VIEW IF EXISTS landing.{name}")
-    con.execute("DROP TABLE meta.landed_files")
-    mine = [f for f in files if f.table in readable]
-    cat.register_table(con, "meta.landed_files", cat.landed_files_table(mine))
-    cat.create_landing_views(con, mine, tables)
 
 
 def _remove_stale_temporaries(data_dir: DataDir) -> None:

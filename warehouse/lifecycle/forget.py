@@ -358,7 +358,7 @@ def start(zone: Any, targets: Sequence[Target], reason: str, key: bytes) -> Eras
 
 def finish(zone: Any, erasure_id: str) -> Outcome:
     """Carry one pending erasure to its end (idempotent; see the module's docstring)."""
-    from membersync.warehouse.build.builder import repoint_catalogs
+    from membersync.warehouse.build.publish import repoint_catalogs
     from membersync.warehouse.exports.reports import reexport
 
     register = read_register(zone.store)

@@ -18,7 +18,7 @@ of a removed night that a later night still relies on are **carried** into the n
 (one file per table, named by the run of retention) before the removed night goes: the kept
 nights' state is then whole on its own, and a full rebuild from the landing zone finds it. Then
 the removed nights' manifests, files (every version, on ``s3://``) and report folders go, and the
-warehouse drops their rows from its parts (:func:`membersync.warehouse.build.builder.prune_nights`):
+warehouse drops their rows from its parts (:func:`membersync.warehouse.build.publish.prune_nights`):
 every report of a night kept stays as it was built, and the monthly figures
 (``reports.membership_roll_forward_mtd``) of a thinned month outlive its daily nights.
 
@@ -322,7 +322,7 @@ def _inactive(zone: Any, policy: RetentionPolicy, newest: dt.date) -> list[str]:
 
 def _finish(zone: Any, journal: Journal) -> dict[str, int]:
     """Carry, remove, prune, forget: the pending run to its end (idempotent)."""
-    from membersync.warehouse.build.builder import prune_nights
+    from membersync.warehouse.build.publish import prune_nights
 
     pending = journal.pending or {}
     removed = {dt.date.fromisoformat(n) for n in pending.get("removed", [])}

@@ -15,13 +15,9 @@ import duckdb
 import pytest
 import warehouse_scenario as sc
 from membersync.flows.benchmarks.synthetic import write_night
-from membersync.warehouse.build.builder import (
-    BuildCheckError,
-    BuildInputError,
-    BuildResult,
-    build_warehouse,
-    load_models,
-)
+from membersync.warehouse.build.builder import BuildResult, build_warehouse
+from membersync.warehouse.build.errors import BuildCheckError, BuildInputError
+from membersync.warehouse.build.project import load_models
 from membersync.warehouse.exports.export import REPORTS
 from membersync.warehouse.landing.paths import DataDir
 

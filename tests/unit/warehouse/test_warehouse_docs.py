@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from membersync.flows.benchmarks.synthetic import FIRST_NIGHT, History, land_night
-from membersync.warehouse.build.builder import build_warehouse, load_models
+from membersync.warehouse.build.builder import build_warehouse
 from membersync.warehouse.build.docs import DocsError, docs_dir, generate_docs, model_count
+from membersync.warehouse.build.project import load_models
 from membersync.warehouse.landing.paths import DataDir
 
 
