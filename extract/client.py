@@ -193,7 +193,7 @@ class ClientOptions:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
     # Awaited before every attempt (retries too): a rate limit shared with other processes
-    # (e.g. a Prefect global rate limit, see membersync.flows.tenant_flow); None: none.
+    # (e.g. a Prefect global rate limit, see membersync.flows.pool.tenant_flow); None: none.
     gate: Callable[[], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:

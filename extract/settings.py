@@ -215,7 +215,7 @@ class Settings(BaseSettings):
     )
 
     # Each field's description is the line of the configuration table (docs/configuration.md,
-    # generated from here by flows/docs_tables.py; a test fails when the two drift).
+    # generated from here by flows/cli/docs_tables.py; a test fails when the two drift).
     # -- the service and the tenant
     base_url: Annotated[Text, AfterValidator(_http_url)] = Field(
         None,
@@ -252,7 +252,7 @@ class Settings(BaseSettings):
     max_retries: Annotated[int, Field(ge=0)] = Field(
         constants.MAX_RETRIES, description="retries after a request's first attempt"
     )
-    # -- a night (flows/nightly.py)
+    # -- a night (flows/night/nightly.py)
     batch_size: Annotated[int, Field(ge=1)] = Field(250, description="clients per batch (a Prefect task run)")
     batches_in_flight: Annotated[int, Field(ge=1)] = Field(2, description="batches fetched at once")
     lookback_days: Annotated[int, Field(ge=0)] = Field(
@@ -271,7 +271,7 @@ class Settings(BaseSettings):
         "window, which misses changes older than it until a `--full` night",
     )
     prefect: Flag = Field(True, description="`off` runs a night without Prefect (the same steps)")
-    # -- the nightly self-audit (flows/audit.py)
+    # -- the nightly self-audit (flows/night/audit.py)
     audit_share: Annotated[float, Field(ge=0, le=1)] = Field(
         0.01, description="the self-audit's sample: this share of all known clients"
     )
@@ -322,7 +322,7 @@ class Settings(BaseSettings):
         description="history kept by business date, e.g. `daily=400d,monthly=7y,identity=3y`; "
         "unset: everything",
     )
-    # -- per-store reports for store managers (warehouse/exports/reports.py, flows/notify.py)
+    # -- per-store reports for store managers (warehouse/exports/reports.py, flows/night/notify.py)
     store_reports: Flag = Field(
         False,
         description="`on`: each night also writes each store's own folder "

@@ -119,7 +119,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """moto's S3 server in a process of its own: in this one, its CPU (every upload of every
     night the test runs) would hold back the sandboxes' loops, whose token buckets count a
     request when it is handled, not when it was sent."""
-    from membersync.flows.schedule import free_port, stop_process
+    from membersync.flows.pool.schedule import free_port, stop_process
 
     moto = Path(sys.executable).parent / "moto_server"
     log = tmp_path_factory.mktemp("moto") / "moto.log"

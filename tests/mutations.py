@@ -325,7 +325,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- the self-audit -----------------------------------------------------------------------------
     Mutation(
         "audit_drops_billing",
-        "flows/audit.py",
+        "flows/night/audit.py",
         '    "billing_accounts",\n)',
         ")",
         (
@@ -335,7 +335,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "audit_drops_clients",
-        "flows/audit.py",
+        "flows/night/audit.py",
         'AUDITED_TABLES: tuple[str, ...] = (\n    "clients",\n',
         "AUDITED_TABLES: tuple[str, ...] = (\n",
         ("tests/scenarios/test_audit.py",),
@@ -343,7 +343,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "audit_volatile",
-        "flows/audit.py",
+        "flows/night/audit.py",
         'VOLATILE_COLUMNS: dict[str, frozenset[str]] = {"ledger_balances": frozenset({"as_of"})}',
         "VOLATILE_COLUMNS: dict[str, frozenset[str]] = {}",
         (

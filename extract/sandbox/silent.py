@@ -2,7 +2,7 @@
 
 A real vendor does this (an EFT draw posted by a batch job, a back-office correction), so a
 night that discovers clients by ``modifiedSince`` never sees it; the nightly self-audit
-(:mod:`membersync.flows.audit`) is what finds it. :func:`change_silently` makes such changes
+(:mod:`membersync.flows.night.audit`) is what finds it. :func:`change_silently` makes such changes
 in the sandbox so the audit can be tested end to end. Each kind changes what exactly one of the
 audit's compared tables holds, so the audit finds it in that table and no other (its ``ident``
 names the row the audit reports, or the field's name for a table keyed by the client alone):

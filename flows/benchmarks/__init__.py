@@ -1,9 +1,9 @@
 """Every benchmark of membersync, in one place (speed targets live here, never in timed tests).
 
 A benchmark may import from every layer; no product code imports a benchmark except the
-``membersync bench`` command in ``flows/cli.py``, inside the command (``tests/house/test_import_graph.py``
-checks this). The current figures and their targets, each with its command and commit:
-docs/benchmarks.md (earlier ones: ``git log``).
+``membersync bench`` command in ``flows/cli/commands.py``, inside the command
+(``tests/house/test_import_graph.py`` checks this). The current figures and their targets, each
+with its command and commit: docs/benchmarks.md (earlier ones: ``git log``).
 
 - :mod:`.sync`: the nightly sync, the sandbox in its own process and the sync in a child
   process: throughput, our CPU per request, 429s, peak RSS, Prefect's overhead; politeness at

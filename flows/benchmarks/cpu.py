@@ -65,7 +65,7 @@ def tree_cpu():
         todo.extend(c for c, (pp, _) in procs.items() if pp == p)
     return cpu
 
-from membersync.flows import nightly
+from membersync.flows.night import nightly
 original = nightly.NightRun.land_config
 async def land_config(self):
     cpu = tree_cpu()
@@ -74,7 +74,7 @@ async def land_config(self):
     return await original(self)
 nightly.NightRun.land_config = land_config
 sys.argv = ["membersync", "sync", "--no-progress"]
-from membersync.flows.cli import main
+from membersync.flows.cli.commands import main
 main()
 """
 

@@ -64,7 +64,7 @@ def forget(data_dir: DataDir, numbers: list[str], key_file: Path) -> Forgotten:
     env.update(MEMBERSYNC_DATA_DIR=str(data_dir.root), MEMBERSYNC_ERASURE_KEY_FILE=str(key_file))
     listing = data_dir.root.parent / f"forget-{len(numbers)}.txt"
     listing.write_text("\n".join(numbers) + "\n", encoding="utf-8")
-    command = [sys.executable, "-m", "membersync.flows.cli", "forget", "--from-file", str(listing)]
+    command = [sys.executable, "-m", "membersync.flows.cli.commands", "forget", "--from-file", str(listing)]
     started = time.monotonic()
     with tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from membersync.flows.schedule import free_port, stop_process
+from membersync.flows.pool.schedule import free_port, stop_process
 
 USERNAME = PASSWORD = "sandbox"
 
@@ -149,7 +149,7 @@ def run_sandbox_bench(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
-        sys.executable, "-c", "from membersync.flows.cli import main; main()",
+        sys.executable, "-c", "from membersync.flows.cli.commands import main; main()",
         "sandbox", "--port", str(port), "--clients", str(clients),
     ]  # fmt: skip
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
-from membersync.flows.schedule import free_port, stop_process
+from membersync.flows.pool.schedule import free_port, stop_process
 from membersync.warehouse.exports.table_print import TableRows, print_table
 from rich.console import Console
 
@@ -95,7 +95,7 @@ def sandbox_process(
     cmd = [
         sys.executable,
         "-m",
-        "membersync.flows.cli",
+        "membersync.flows.cli.commands",
         "sandbox",
         "--port",
         str(port),
@@ -198,7 +198,7 @@ def child_main(prefect: bool) -> int:
     """Run one full night (no warehouse build), print our own figures as one JSON line."""
 
     from membersync.extract.settings import ServiceSettings, Settings, env_name
-    from membersync.flows import nightly
+    from membersync.flows.night import nightly
     from membersync.warehouse.landing.paths import DataDir
 
     config = Settings.load()
@@ -209,7 +209,7 @@ def child_main(prefect: bool) -> int:
     if prefect:
         os.environ[env_name("build")] = "off"  # the flow reads the environment
         nightly.prepare_prefect_env()
-        from membersync.flows import prefect_flow
+        from membersync.flows.night import prefect_flow
         from prefect import flow
 
         @flow(name="membersync-bench-warmup", persist_result=False)
@@ -437,7 +437,7 @@ def rate_cell(
         started_at = None
         if data_dir is not None:
             run_child(url, prefect=False, timeout=3600, extra_env=env, data_dir=data_dir)
-            from membersync.flows.nightly import remembered_rate
+            from membersync.flows.night.nightly import remembered_rate
             from membersync.warehouse.landing.paths import DataDir
 
             started_at = remembered_rate(DataDir(data_dir))
@@ -731,7 +731,7 @@ def run_history_cost(clients: int, change_share: float = 0.05) -> int:
 
     from membersync.extract.client import ServiceClient
     from membersync.extract.settings import ServiceSettings
-    from membersync.flows.nightly import SyncOptions, run_night
+    from membersync.flows.night.nightly import SyncOptions, run_night
     from membersync.warehouse.landing.paths import DataDir
     from pydantic import SecretStr
 

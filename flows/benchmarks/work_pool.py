@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
-from membersync.flows.schedule import free_port, server_env, wait_healthy
-from membersync.flows.tenant_flow import FLOW_NAME, wait_final
+from membersync.flows.pool.schedule import free_port, server_env, wait_healthy
+from membersync.flows.pool.tenant_flow import FLOW_NAME, wait_final
 
 BIN = Path(sys.executable).parent
 POOL = "bench-pool"

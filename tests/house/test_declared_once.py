@@ -22,7 +22,7 @@ from membersync.extract import catalogue, redact
 from membersync.extract import records as R
 from membersync.extract.client import ServiceClient
 from membersync.extract.sandbox import population
-from membersync.flows import batches as B
+from membersync.flows.night import batches as B
 from membersync.models import coerce
 from membersync.models import tables as T
 from membersync.warehouse.build.catalog import LINEAGE

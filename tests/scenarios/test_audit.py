@@ -27,11 +27,11 @@ from landed import numbers_by_key, synced_numbers
 from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
 from membersync.extract.sandbox.silent import KINDS, SilentChange, change_silently
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
-from membersync.flows import audit as A
-from membersync.flows import batches as B
-from membersync.flows import nightly
-from membersync.flows.audit_cli import AuditUsageError, _audit, parse_clients
-from membersync.flows.nightly import with_queued
+from membersync.flows.cli.audit_cli import AuditUsageError, _audit, parse_clients
+from membersync.flows.night import audit as A
+from membersync.flows.night import batches as B
+from membersync.flows.night import nightly
+from membersync.flows.night.nightly import with_queued
 from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.zone import LandingZone
@@ -302,7 +302,7 @@ EveryKind = tuple[Workspace, dict[str, SilentChange]]
 def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EveryKind]:
     """A sandbox synced by one (full) night, then 18 clients changed silently: every kind of
     silent change (seed 3), each client by one. The audits below run in this process (so a test
-    can patch :mod:`membersync.flows.audit`) and write nothing: the tests share it."""
+    can patch :mod:`membersync.flows.night.audit`) and write nothing: the tests share it."""
     sandbox = start_in_thread(SandboxConfig.checked(clients=60, stores=3, seed=17, anchor_date=ANCHOR))
     try:
         ws = make_workspace(tmp_path_factory.mktemp("every-kind"), sandbox)
@@ -497,7 +497,7 @@ def test_prefect_runs_the_audit_as_its_own_task_and_its_artifact_names_the_keys(
     """Case: the flow's self-audit task; the artifact lists clients, tables and keys, no value."""
     import asyncio
 
-    from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
+    from membersync.flows.night.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,

@@ -26,7 +26,15 @@ from nights import TONIGHT as NIGHT
 from nights import sync_env, truth_counts
 from repo_root import REPO
 
-CMD = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", NIGHT.isoformat(), "--no-progress"]
+CMD = [
+    sys.executable,
+    "-m",
+    "membersync.flows.cli.commands",
+    "sync",
+    "--date",
+    NIGHT.isoformat(),
+    "--no-progress",
+]
 
 
 def _start(env: dict[str, str]) -> subprocess.Popen[str]:
@@ -133,7 +141,7 @@ async def _night_that_swallows_its_cancellation(status: str) -> dict[str, str]:
 
 
 def _guarded_run(monkeypatch: pytest.MonkeyPatch, status: str) -> tuple[Any, list[str]]:
-    from membersync.flows import interrupt
+    from membersync.flows.night import interrupt
 
     stopped: list[str] = []
     monkeypatch.setattr(interrupt, "GRACE_S", 0.05)  # the watchdog fires within the test ...
@@ -153,7 +161,7 @@ def _guarded_run(monkeypatch: pytest.MonkeyPatch, status: str) -> tuple[Any, lis
 
 
 def test_case_a_partial_result_after_a_signal_is_an_interruption(monkeypatch: pytest.MonkeyPatch) -> None:
-    from membersync.flows.interrupt import Interrupted
+    from membersync.flows.night.interrupt import Interrupted
 
     result, stopped = _guarded_run(monkeypatch, "failed")
     assert isinstance(result, Interrupted) and result.signal == "SIGINT"
@@ -181,7 +189,7 @@ async def _night_under_prefects_sigterm_handler() -> None:
 
 
 def test_case_a_sigterm_taken_by_prefects_own_handler_is_an_interruption() -> None:
-    from membersync.flows.interrupt import Interrupted, run_until_signal
+    from membersync.flows.night.interrupt import Interrupted, run_until_signal
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
@@ -197,7 +205,7 @@ async def _flow_body_that_is_sent_a_sigterm_from_a_loop_callback() -> str:
     (not a task's step: asyncio would log and swallow a TerminationSignal raised there) sends it."""
     import asyncio
 
-    from membersync.flows.interrupt import reclaim_sigterm
+    from membersync.flows.night.interrupt import reclaim_sigterm
     from prefect.utilities.engine import is_prefect_sigterm_handler_installed
 
     before = is_prefect_sigterm_handler_installed()
@@ -216,8 +224,8 @@ def test_case_a_sigterm_inside_a_prefect_flow_goes_to_the_guard_not_to_prefects_
     """Case: a SIGTERM that Prefect's handler turns into TerminationSignal inside a loop callback
     is logged and swallowed by asyncio (a CI run once saw a SIGTERMed night exit 0, committed).
     Under the guard the flow's body takes SIGTERM back: the loop sees it, the night is stopped."""
-    from membersync.flows import interrupt
-    from membersync.flows.interrupt import Interrupted, run_until_signal
+    from membersync.flows.night import interrupt
+    from membersync.flows.night.interrupt import Interrupted, run_until_signal
     from prefect import flow
 
     monkeypatch.setattr(interrupt, "hard_exit", lambda *_: None)  # the watchdog must not end pytest

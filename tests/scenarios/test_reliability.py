@@ -275,7 +275,7 @@ def test_stalling_server_every_request_ends_within_its_timeout(
     from membersync.extract.client import ClientOptions
     from membersync.extract.errors import ServiceError
     from membersync.extract.settings import ServiceSettings, Settings
-    from membersync.flows.nightly import SyncOptions, run_night
+    from membersync.flows.night.nightly import SyncOptions, run_night
 
     sandbox, ws = committed
     server = BadServer(mode)

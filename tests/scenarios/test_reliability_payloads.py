@@ -32,7 +32,7 @@ from membersync.extract import catalogue
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.errors import ServiceError
 from membersync.extract.sandbox.server import SandboxConfig, build_service, start_in_thread
-from membersync.flows.batches import SIMPLE_READS, Batch, ClientRef, RawBatch, type_batch
+from membersync.flows.night.batches import SIMPLE_READS, Batch, ClientRef, RawBatch, type_batch
 from membersync.models import tables as T
 from membersync.models.coerce import BatchBuilder, TimezoneLookup
 from nights import TONIGHT as ANCHOR

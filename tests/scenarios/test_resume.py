@@ -29,7 +29,15 @@ from repo_root import REPO
 
 
 def _sync(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", NIGHT.isoformat(), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "membersync.flows.cli.commands",
+        "sync",
+        "--date",
+        NIGHT.isoformat(),
+        "--no-progress",
+    ]
     return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 

@@ -46,7 +46,7 @@ def test_reports_while_a_sync_holds_the_lock_waits_its_turn(tmp_path: Path) -> N
     env = {**os.environ, "MEMBERSYNC_DATA_DIR": str(data_dir.root), "COLUMNS": "200"}
     with LandingZone(data_dir).lock():  # a sync is running
         proc = subprocess.run(
-            [sys.executable, "-m", "membersync.flows.cli", "reports"],
+            [sys.executable, "-m", "membersync.flows.cli.commands", "reports"],
             env=env,
             cwd=REPO,
             capture_output=True,

@@ -34,8 +34,8 @@ import pytest
 from conftest import BUCKET
 from landed import synced_numbers
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.flows.schedule import free_port, server_env, wait_healthy
-from membersync.flows.tenant_flow import (
+from membersync.flows.pool.schedule import free_port, server_env, wait_healthy
+from membersync.flows.pool.tenant_flow import (
     FLOW_NAME,
     SHARD_QUEUE,
     bucket_size,
@@ -229,7 +229,7 @@ async def read_schedules(names: list[str]) -> dict[str, list[tuple[str, str]]]:
 GATE_SCRIPT = """
 import asyncio, os, sys
 from membersync.extract.client import ClientOptions, ServiceClient
-from membersync.flows.tenant_flow import SharedRateGate, chunk_for, rate_limit_name
+from membersync.flows.pool.tenant_flow import SharedRateGate, chunk_for, rate_limit_name
 
 async def main(gated, n, rate):
     gate = SharedRateGate(rate_limit_name("alpha"), chunk_for(rate)) if gated else None
@@ -263,7 +263,7 @@ def test_a_given_up_shard_run_is_marked_until_the_server_shows_it_final(
     """A busy server refuses the mark (503 after its retries), then takes it and does not keep it:
     the launcher tries again until it reads a final state back; a server that never keeps it
     costs MARK_PATIENCE seconds and a warning, not the night."""
-    from membersync.flows import tenant_flow
+    from membersync.flows.pool import tenant_flow
     from prefect.states import Crashed, Running
 
     class BusyServer:
@@ -289,14 +289,14 @@ def test_a_given_up_shard_run_is_marked_until_the_server_shows_it_final(
     assert (server.marks, server.state.is_crashed()) == (4, True)
 
     never = BusyServer([])
-    with caplog.at_level("WARNING", logger="membersync.flows.tenant_flow"):
+    with caplog.at_level("WARNING", logger="membersync.flows.pool.tenant_flow"):
         asyncio.run(tenant_flow._mark_given_up(never, "run-2", "big shard 3"))
     assert never.marks > 10 and not never.state.is_final()
     assert "big shard 3: could not mark the given-up run Crashed in 2 s (no final state)" in caplog.text
 
 
 def test_shared_rate_gate_takes_slots_in_chunks() -> None:
-    from membersync.flows.tenant_flow import SharedRateGate
+    from membersync.flows.pool.tenant_flow import SharedRateGate
 
     taken: list[int] = []
 

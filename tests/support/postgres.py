@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from membersync.flows.schedule import free_port
+from membersync.flows.pool.schedule import free_port
 from system import system_executable
 
 USER = "prefect"

@@ -100,5 +100,5 @@ def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def membersync(*args: str, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "membersync.flows.cli", *args]
+    cmd = [sys.executable, "-m", "membersync.flows.cli.commands", *args]
     return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, **kw)

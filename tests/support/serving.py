@@ -50,7 +50,7 @@ def running_serve(
     (``--cron ... --timezone ...``)."""
     args = ["--interval", str(interval)] if interval is not None else list(schedule)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "membersync.flows.cli", "serve", *args],
+        [sys.executable, "-m", "membersync.flows.cli.commands", "serve", *args],
         env=env,
         cwd=REPO,
         start_new_session=True,

@@ -15,7 +15,7 @@ import sys
 
 from membersync.extract.client import ClientOptions
 from membersync.extract.settings import ServiceSettings, Settings
-from membersync.flows.shards import land_shard
+from membersync.flows.night.shards import land_shard
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.shard_area import ShardArea
 

@@ -4,7 +4,7 @@ Importing membersync's sync path (Prefect, DuckDB, pyarrow, aiohttp) costs ~3 s 
 process; the crash scenarios start dozens of syncs. This process imports everything once (it
 starts no thread, so forking is safe), then for each request forks a child that becomes a new
 session (its own process group, so a test can SIGKILL "the whole sync process group"), sets the
-request's environment, and runs the real CLI entry point (``membersync.flows.cli.app``) exactly
+request's environment, and runs the real CLI entry point (``membersync.flows.cli.commands.app``) exactly
 as the console script would. The child is a real process doing real file I/O; only the Python
 start-up is shared.
 
@@ -32,10 +32,10 @@ from typing import Any
 def _preload() -> None:
     import duckdb  # noqa: F401
     import membersync.extract.client
-    import membersync.flows.cli
-    import membersync.flows.nightly
-    import membersync.flows.reports_cli
-    import membersync.flows.sync_cli
+    import membersync.flows.cli.commands
+    import membersync.flows.cli.reports_cli
+    import membersync.flows.cli.sync_cli
+    import membersync.flows.night.nightly
     import membersync.warehouse.build.builder
     import membersync.warehouse.exports.export
     import membersync.warehouse.landing.zone  # noqa: F401
@@ -96,7 +96,7 @@ def _child(req: dict[str, Any]) -> None:
             root = logging.getLogger()
             root.addHandler(handler)
             root.setLevel(req.get("log_level") or "DEBUG")
-        from membersync.flows.cli import app
+        from membersync.flows.cli.commands import app
 
         sys.argv = ["membersync", *req["argv"]]
         try:

@@ -2,7 +2,7 @@
 report (and, with ``MEMBERSYNC_STORE_REPORTS=on``, each store's own folder), published to the
 data location.
 
-The night's build (:mod:`membersync.flows.nightly`), ``membersync reports`` and an erasure's
+The night's build (:mod:`membersync.flows.night.nightly`), ``membersync reports`` and an erasure's
 re-export (:mod:`membersync.warehouse.lifecycle.forget`) all call :func:`export_night`.
 """
 

@@ -1,6 +1,6 @@
 """The shard area: where the shards of a large tenant's night leave their batches.
 
-A sharded night (``flows/shards.py``) is still **one** run of the landing zone: the night's own
+A sharded night (``flows/night/shards.py``) is still **one** run of the landing zone: the night's own
 run holds the data dir's lock, discovers the clients, plans the batches and commits once. Only
 the fetching fans out: the run writes its plan here, each shard (a flow run on any worker,
 possibly another machine) fetches its batches and writes them here, and the run then copies

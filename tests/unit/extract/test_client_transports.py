@@ -19,7 +19,7 @@ from client_doubles import PASSWORD, TRANSPORTS, USER, RawServer, call_get, call
 from fake_time import FakeTime
 from membersync.extract import errors, redact
 from membersync.extract.client import ServiceClient
-from membersync.flows.schedule import free_port
+from membersync.flows.pool.schedule import free_port
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -33,7 +33,7 @@ from membersync.extract.sandbox import population
 from membersync.extract.sandbox.server import FAULT_KINDS, RunningSandbox, SandboxConfig, start_in_thread
 from membersync.extract.sandbox.state import Service
 from membersync.extract.settings import SettingsError
-from membersync.flows.schedule import free_port
+from membersync.flows.pool.schedule import free_port
 
 ANCHOR = dt.date(2025, 6, 1)
 AUTH = ("sandbox", "sandbox")

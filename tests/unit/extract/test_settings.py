@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from membersync.extract.client import ClientOptions
 from membersync.extract.settings import SECRET_SETTINGS, ServiceSettings, Settings, SettingsError, env_name
-from membersync.flows.audit import AuditOptions
-from membersync.flows.nightly import SyncOptions
+from membersync.flows.night.audit import AuditOptions
+from membersync.flows.night.nightly import SyncOptions
 from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
 from repo_root import REPO
 
@@ -182,7 +182,7 @@ def test_case_the_cli_exits_2_with_one_line_on_a_bad_setting(tmp_path: Path) -> 
         "MEMBERSYNC_BATCHES_IN_FLIGHT": "0",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", "sync", "--no-progress"],
+        [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--no-progress"],
         env=env,
         capture_output=True,
         text=True,

@@ -24,7 +24,7 @@ from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, sta
 from membersync.warehouse.landing.paths import DataDir
 
 CLIENTS = 40
-COMMAND = [sys.executable, "-m", "membersync.flows.cli"]
+COMMAND = [sys.executable, "-m", "membersync.flows.cli.commands"]
 Demo = tuple[DataDir, dict[str, str], "subprocess.CompletedProcess[str]"]
 
 
@@ -105,7 +105,7 @@ def test_case_docs_generates_the_warehouse_documentation_site(demo) -> None:
 def test_case_a_flag_shows_as_a_flag_in_help(command: str) -> None:
     """Issue 60: `--help` showed every flag as `--dry-run <bool>`, as if it took a value; a flag
     has no type, an option that takes a value keeps its own."""
-    from membersync.flows.cli import app
+    from membersync.flows.cli.commands import app
     from typer.testing import CliRunner
 
     result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "160", "NO_COLOR": "1"})

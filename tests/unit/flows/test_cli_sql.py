@@ -24,7 +24,7 @@ import duckdb
 import pytest
 import warehouse_scenario as sc
 from membersync.flows.benchmarks.synthetic import write_night
-from membersync.flows.cli import UsageError, app, parse_date
+from membersync.flows.cli.commands import UsageError, app, parse_date
 from membersync.warehouse.build.builder import build_warehouse
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DataDir
@@ -285,7 +285,7 @@ def test_defect52_4_the_demo_peek_at_80_columns_never_cuts_an_amount(
 ) -> None:
     """Issue 52 point 4: the demo printed the CSV with its own table code and cut money at 80
     columns (``29638.…``); it now goes through the one fitted printer ``membersync sql`` uses."""
-    from membersync.flows import demo
+    from membersync.flows.cli import demo
 
     out = Console(file=io.StringIO(), width=80, highlight=False)
     err = Console(file=io.StringIO(), width=80, highlight=False)

@@ -22,7 +22,7 @@ def _cli(*argv: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMBERSYNC_")}
     env.update(MEMBERSYNC_DATA_DIR=str(data_dir), COLUMNS="200", NO_COLOR="1")
     return subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", *argv],
+        [sys.executable, "-m", "membersync.flows.cli.commands", *argv],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from membersync.extract.settings import Settings, env_name
-from membersync.flows import docs_tables
+from membersync.flows.cli import docs_tables
 
 
 def test_the_configuration_table_and_the_reports_catalogue_are_up_to_date() -> None:

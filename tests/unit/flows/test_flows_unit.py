@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from membersync.extract.settings import Settings, SettingsError
-from membersync.flows import batches as B
-from membersync.flows.nightly import RunSummary, SyncOptions, summary_from_flow_result
+from membersync.flows.night import batches as B
+from membersync.flows.night.nightly import RunSummary, SyncOptions, summary_from_flow_result
 from repo_root import REPO
 
 
@@ -151,7 +151,7 @@ def test_sync_with_a_missing_setting_is_one_line_naming_it_exit_2(missing: str, 
     )
     del env[missing]
     proc = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", "2026-01-02"],
+        [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--date", "2026-01-02"],
         capture_output=True,
         text=True,
         env=env,
@@ -166,7 +166,7 @@ def test_sync_with_a_missing_setting_is_one_line_naming_it_exit_2(missing: str, 
 
 
 def test_first_night_rerun_and_backfill_are_full_nights() -> None:
-    from membersync.flows.nightly import needs_full_night
+    from membersync.flows.night.nightly import needs_full_night
 
     day = dt.date(2026, 3, 10)
     assert needs_full_night(day, None)
@@ -189,7 +189,7 @@ def test_an_empty_batch_still_types_every_client_table_with_its_schema() -> None
 def test_client_options_from_the_environment() -> None:
     from membersync.extract.client import ClientOptions
     from membersync.extract.settings import SettingsError
-    from membersync.flows.nightly import SyncOptions
+    from membersync.flows.night.nightly import SyncOptions
 
     options = SyncOptions.from_settings(
         Settings.load(
@@ -212,7 +212,7 @@ def test_client_options_from_the_environment() -> None:
 
 
 def test_a_future_night_is_refused() -> None:
-    from membersync.flows.sync_cli import check_night
+    from membersync.flows.cli.sync_cli import check_night
 
     today = dt.date(2026, 11, 23)
     assert check_night(today + dt.timedelta(days=1), [], today, force=False) is None  # a store east of us
@@ -221,7 +221,7 @@ def test_a_future_night_is_refused() -> None:
 
 
 def test_an_older_night_than_the_newest_committed_needs_force() -> None:
-    from membersync.flows.sync_cli import check_night
+    from membersync.flows.cli.sync_cli import check_night
 
     today = dt.date(2026, 11, 23)
     committed = [dt.date(2026, 11, 20), dt.date(2026, 11, 22)]
@@ -242,7 +242,7 @@ def test_sync_of_a_future_night_is_one_line_exit_2(tmp_path: Path) -> None:
     }
     night = (dt.date.today() + dt.timedelta(days=5)).isoformat()
     proc = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", "sync", "--date", night],
+        [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--date", night],
         env=env,
         capture_output=True,
         text=True,
@@ -307,7 +307,7 @@ def test_the_collector_is_off_while_loading_then_on_again_and_what_was_loaded_is
     """Case: nightgc.quiet_while_loading around an import (Prefect's, at a night's start)."""
     import gc
 
-    from membersync.flows import nightgc
+    from membersync.flows.night import nightgc
 
     assert gc.isenabled()
     frozen_before = gc.get_freeze_count()

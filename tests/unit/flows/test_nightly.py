@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
 from landed import read_numbered, synced_numbers
-from membersync.flows import batches as B
-from membersync.flows.nightly import SyncOptions, run_night
+from membersync.flows.night import batches as B
+from membersync.flows.night.nightly import SyncOptions, run_night
 from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.paths import DataDir
@@ -34,7 +34,7 @@ from repo_root import REPO
 
 TODAY = dt.date.today()
 # today's night, as a user types it (run as a real process)
-SYNC_CMD = [sys.executable, "-m", "membersync.flows.cli", "sync"]
+SYNC_CMD = [sys.executable, "-m", "membersync.flows.cli.commands", "sync"]
 SYNC_CMD += ["--date", TODAY.isoformat(), "--no-progress"]
 
 
@@ -306,7 +306,7 @@ def test_a_second_sync_on_the_same_data_dir_says_already_running(
     env = sync_env(sandbox, data_dir, tmp_path)
     with zone.lock():
         proc = subprocess.run(
-            [sys.executable, "-m", "membersync.flows.cli", "sync", "--no-progress"],
+            [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--no-progress"],
             env=env,
             cwd=REPO,
             capture_output=True,
@@ -330,7 +330,7 @@ def test_prefect_flow_runs_a_task_per_batch_and_publishes_a_summary_artifact(
 ) -> None:
     import asyncio
 
-    from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
+    from membersync.flows.night.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -391,7 +391,7 @@ def test_case_the_default_path_records_its_flow_run_tasks_and_artifact_under_pre
     import contextlib
     import sqlite3
 
-    from membersync.flows.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
+    from membersync.flows.night.prefect_flow import SUMMARY_ARTIFACT_KEY, nightly_sync
 
     sandbox = fresh_sandbox(clients=50)
     env = sync_env(sandbox, tmp_path / "data", tmp_path, MEMBERSYNC_BATCH_SIZE="20", MEMBERSYNC_BUILD="off")

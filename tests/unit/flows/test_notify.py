@@ -25,7 +25,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 from membersync.extract.settings import Settings, SettingsError
 from membersync.flows.benchmarks.synthetic import write_night
-from membersync.flows.notify import Notifier, night_failed_message, split_urls, tenant_name
+from membersync.flows.night.notify import Notifier, night_failed_message, split_urls, tenant_name
 from membersync.warehouse.landing import freshness
 from membersync.warehouse.landing.manifest import Manifest, manifest_path, read_manifest
 from membersync.warehouse.landing.paths import DataDir
@@ -160,7 +160,7 @@ def test_an_interrupted_night_delivers_one_message(
         data_dir,
         MEMBERSYNC_BATCH_SIZE="5",
     )
-    cmd = [sys.executable, "-m", "membersync.flows.cli", *sync_args()]
+    cmd = [sys.executable, "-m", "membersync.flows.cli.commands", *sync_args()]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     batches = DataDir(data_dir).staging / TODAY.isoformat() / "batches"
     deadline = time.monotonic() + 120

@@ -136,7 +136,7 @@ def test_case_serve_schedules_the_night_by_its_cron_in_its_timezone(
     sandbox = fresh_sandbox(clients=5)
     env = serve_env(sandbox, tmp_path)
     bad = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", "serve", "--timezone", "Mars/Olympus"],
+        [sys.executable, "-m", "membersync.flows.cli.commands", "serve", "--timezone", "Mars/Olympus"],
         env=env,
         capture_output=True,
         text=True,

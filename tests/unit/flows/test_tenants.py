@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from membersync.extract.sandbox.server import RunningSandbox
-from membersync.flows.tenants import TenantsFileError, load_tenants
+from membersync.flows.pool.tenants import TenantsFileError, load_tenants
 from membersync.warehouse.landing.manifest import foreign_tenant, read_manifest
 from nights import TONIGHT as NIGHT
 from reliability import Workspace
@@ -162,7 +162,7 @@ def test_a_failed_tenant_nights_message_names_a_command_prefect_runs_as_that_nig
     its ``--param``s into the very parameters of that night's flow run."""
     import shlex
 
-    from membersync.flows.tenant_flow import FLOW_NAME, resume_command, tenant_night
+    from membersync.flows.pool.tenant_flow import FLOW_NAME, resume_command, tenant_night
     from prefect.cli._utilities import load_json_key_values
 
     night = dt.date(2026, 11, 25)

@@ -77,7 +77,7 @@ def run(
     if old is not None:
         environ["PYTHONPATH"] = str(old)
     return subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", *argv],
+        [sys.executable, "-m", "membersync.flows.cli.commands", *argv],
         env=environ,
         cwd=root,
         capture_output=True,

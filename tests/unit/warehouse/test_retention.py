@@ -167,7 +167,7 @@ def cli(data_dir: DataDir, *argv: str, **env: str) -> subprocess.CompletedProces
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MEMBERSYNC_")}
     environ.update(MEMBERSYNC_DATA_DIR=str(data_dir.root), COLUMNS="200", NO_COLOR="1", **env)
     return subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli", *argv],
+        [sys.executable, "-m", "membersync.flows.cli.commands", *argv],
         env=environ,
         cwd=REPO,
         capture_output=True,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import warehouse_scenario as sc
 from membersync.flows.benchmarks.synthetic import write_night
-from membersync.flows.cli import app
+from membersync.flows.cli.commands import app
 from membersync.warehouse.build.builder import build_warehouse
 from membersync.warehouse.exports.export import (
     REPORT_NAMES,

@@ -23,12 +23,12 @@ from typing import Any
 
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, SettingsError
-from membersync.flows import logfile, nightgc, nightly
 from membersync.flows.console import err, error, out
-from membersync.flows.context import NightContext, handed_down
-from membersync.flows.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
-from membersync.flows.notify import resume_command
-from membersync.flows.progress import NullProgress, Progress, RichProgress
+from membersync.flows.night import logfile, nightgc, nightly
+from membersync.flows.night.context import NightContext, handed_down
+from membersync.flows.night.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
+from membersync.flows.night.notify import resume_command
+from membersync.flows.night.progress import NullProgress, Progress, RichProgress
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.manifest import foreign_tenant
 from rich.console import Console
@@ -229,8 +229,8 @@ def _run(
     bar.phase("starting Prefect")
     nightly.prepare_prefect_env()
     with nightgc.quiet_while_loading():  # (seconds of imports: see nightgc)
-        from membersync.flows import prefect_flow  # imports Prefect, which sets up its logging
-        from membersync.flows.prefect_api import night_api
+        from membersync.flows.night import prefect_flow  # imports Prefect, which sets up its logging
+        from membersync.flows.night.prefect_api import night_api
 
     logfile.quiet_console()  # Prefect's console handlers would break the bar and the one-line errors
     with night_api(), handed_down(context) as key:  # PREFECT_API_URL's server, else one of its own

@@ -1,5 +1,5 @@
 """What ``membersync reports``, ``report-html``, ``docs`` and ``sql`` do (the typer wiring is in
-``flows/cli.py``).
+``flows/cli/commands.py``).
 
 Exit codes as everywhere in the CLI: 0 success, 1 the build failed (a check), 2 bad input (data
 dir, night, report name, SQL). Bad input raises ``membersync.extract.settings.UsageError`` (one line on

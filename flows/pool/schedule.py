@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows.console import err
-from membersync.flows.notify import Notifier
+from membersync.flows.night.notify import Notifier
 from membersync.warehouse.landing.paths import DataDir
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ def prefect_server(log_dir: Path) -> Iterator[str]:
 
 def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int | None = None) -> int:
     """Serve ``membersync-nightly/nightly`` until interrupted. Bad input raises SettingsError."""
-    from membersync.flows.nightly import prepare_prefect_env
+    from membersync.flows.night.nightly import prepare_prefect_env
 
     config = Settings.load()
     ServiceSettings.from_settings(config)  # a missing setting is reported now, not at 02:00
@@ -158,7 +158,7 @@ def run_serve_cli(cron: str = "0 2 * * *", timezone: str = "UTC", interval: int 
 
     with prefect_server(data_dir.logs) as api_url:
         os.environ["PREFECT_API_URL"] = api_url  # the runner's flow-run subprocesses inherit it
-        from membersync.flows.prefect_flow import nightly_sync
+        from membersync.flows.night.prefect_flow import nightly_sync
         from prefect.schedules import Cron, Interval
         from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
         from prefect.types.entrypoint import EntrypointType

@@ -1,7 +1,7 @@
 """``membersync audit``: the self-audit on demand, without writing a night.
 
 Fetches a sample of the known clients (or all of them) live, compares them with the landing
-zone's committed state (:mod:`membersync.flows.audit`), queues those that differ for a full
+zone's committed state (:mod:`membersync.flows.night.audit`), queues those that differ for a full
 re-sync by the next night, and prints them (client numbers, tables and keys; never a value).
 Exit codes: 0 no difference, 1 differences found and queued (or the service failed), 2 bad
 input (settings, ``--clients``, a data dir without a committed night).
@@ -16,10 +16,10 @@ from pathlib import Path
 
 from membersync.extract.profile import ProfileError
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
-from membersync.flows import audit as A
-from membersync.flows import batches as B
-from membersync.flows import nightly
 from membersync.flows.console import error, out
+from membersync.flows.night import audit as A
+from membersync.flows.night import batches as B
+from membersync.flows.night import nightly
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DataDir

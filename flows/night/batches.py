@@ -1,6 +1,6 @@
 """The night's work as plain async functions: configuration, discovery, one batch of clients.
 
-Nothing here knows about Prefect. :mod:`membersync.flows.nightly` strings these together
+Nothing here knows about Prefect. :mod:`membersync.flows.night.nightly` strings these together
 (and Prefect wraps each batch in a task); tests and the benchmark call them directly.
 
 Three steps, each typed with :class:`membersync.models.coerce.BatchBuilder` so Arrow arrays

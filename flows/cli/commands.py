@@ -41,7 +41,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
@@ -143,8 +143,8 @@ def sync(
     ] = False,
 ) -> None:
     """Sync one night: configuration, discovery, per-client data; land; build reports."""
-    from membersync.flows.interrupt import EXIT_INTERRUPTED, leave_now
-    from membersync.flows.sync_cli import run_sync_cli
+    from membersync.flows.cli.sync_cli import run_sync_cli
+    from membersync.flows.night.interrupt import EXIT_INTERRUPTED, leave_now
 
     night = guarded(lambda: parse_date(date))
     code = run_sync_cli(night, full=full, progress=progress, force=force)
@@ -165,7 +165,7 @@ def audit(
 
     Exit 0: no difference; 1: differences found and queued for the next night; 2: bad input.
     """
-    from membersync.flows.audit_cli import run_audit_cli
+    from membersync.flows.cli.audit_cli import run_audit_cli
 
     raise typer.Exit(run_audit_cli(clients, seed))
 
@@ -194,7 +194,7 @@ def forget(
     Their money, memberships and history stay under a surrogate key linked to no one; the
     erasure register (no personal data) keeps them forgotten when the service serves them again.
     """
-    from membersync.flows.privacy_cli import run_forget_cli
+    from membersync.flows.cli.privacy_cli import run_forget_cli
 
     raise typer.Exit(
         guarded(lambda: run_forget_cli(client_numbers or [], from_file, reason, dry_run, wait, exact))
@@ -209,7 +209,7 @@ def retention(
     ] = False,
 ) -> None:
     """Apply MEMBERSYNC_RETENTION now: thin and remove old nights, forget inactive clients."""
-    from membersync.flows.privacy_cli import run_retention_cli
+    from membersync.flows.cli.privacy_cli import run_retention_cli
 
     raise typer.Exit(guarded(lambda: run_retention_cli(dry_run, wait)))
 
@@ -219,7 +219,7 @@ def demo(
     clients: Annotated[int, typer.Option(help="clients in the demo sandbox")] = 300,
 ) -> None:
     """Start a sandbox, run a night against it, and show where everything landed."""
-    from membersync.flows.demo import run_demo
+    from membersync.flows.cli.demo import run_demo
 
     raise typer.Exit(run_demo(clients=clients))
 
@@ -233,7 +233,7 @@ def reports(
     ] = False,
 ) -> None:
     """Build the warehouse (the committed nights it lacks) and export the CSVs (no call to the service)."""
-    from membersync.flows.reports_cli import run_reports_cli
+    from membersync.flows.cli.reports_cli import run_reports_cli
 
     night = guarded(lambda: parse_date(date))
     raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None, full_refresh=full_refresh)))
@@ -246,7 +246,7 @@ def report_html(
     ] = None,
 ) -> None:
     """Write the night's HTML morning report (DATA_DIR/reports/<night>/morning_report_<night>.html)."""
-    from membersync.flows.reports_cli import run_report_html_cli
+    from membersync.flows.cli.reports_cli import run_report_html_cli
 
     night = guarded(lambda: parse_date(date))
     raise typer.Exit(guarded(lambda: run_report_html_cli(night)))
@@ -255,7 +255,7 @@ def report_html(
 @app.command()
 def docs() -> None:
     """Generate dbt's documentation site of the warehouse (static files in the data dir)."""
-    from membersync.flows.reports_cli import run_docs_cli
+    from membersync.flows.cli.reports_cli import run_docs_cli
 
     raise typer.Exit(guarded(run_docs_cli))
 
@@ -283,7 +283,7 @@ def sql(
     ] = False,
 ) -> None:
     """Run ad-hoc SQL on the warehouse (the analyst tier: no personal data; see --identified)."""
-    from membersync.flows.reports_cli import run_reader_setup_cli, run_sql_cli
+    from membersync.flows.cli.reports_cli import run_reader_setup_cli, run_sql_cli
 
     if reader_setup:
         raise typer.Exit(guarded(lambda: run_reader_setup_cli(identified=identified)))
@@ -309,7 +309,7 @@ def freshness(
     ] = False,
 ) -> None:
     """How old the newest committed night is: exit 0 fresh, 1 stale (or none committed)."""
-    from membersync.flows.freshness_cli import run_freshness_cli
+    from membersync.flows.cli.freshness_cli import run_freshness_cli
 
     raise typer.Exit(guarded(lambda: run_freshness_cli(max_age_hours, notify=notify)))
 
@@ -323,7 +323,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the nightly flow as a Prefect deployment on a schedule (needs a real Prefect server)."""
-    from membersync.flows.schedule import run_serve_cli
+    from membersync.flows.pool.schedule import run_serve_cli
 
     raise typer.Exit(guarded(lambda: run_serve_cli(cron=cron, timezone=timezone, interval=interval)))
 
@@ -395,7 +395,7 @@ def tenants_check(
     file: Annotated[str, typer.Argument(help="the tenants file (TOML)")],
 ) -> None:
     """Validate a tenants file: one line per tenant (exit 0), or one line per error (exit 2)."""
-    from membersync.flows.tenants import run_tenants_check
+    from membersync.flows.pool.tenants import run_tenants_check
 
     raise typer.Exit(run_tenants_check(file, out, err))
 
@@ -406,7 +406,7 @@ def deploy(
     pool: Annotated[str, typer.Option(help="the process work pool (created if missing)")] = "membersync",
 ) -> None:
     """Register one deployment per tenant on the Prefect server at PREFECT_API_URL (a process pool)."""
-    from membersync.flows.tenant_flow import run_deploy_cli
+    from membersync.flows.pool.tenant_flow import run_deploy_cli
 
     raise typer.Exit(run_deploy_cli(file, pool, out, err))
 

@@ -7,8 +7,8 @@
 - ``docs/personal-data.md``: every place under the data dir and its tier (the grant list), from
   :data:`membersync.warehouse.landing.paths.PLACES`.
 
-    python -m membersync.flows.docs_tables          # write them
-    python -m membersync.flows.docs_tables --check  # exit 1 when a file is not what it would write
+    python -m membersync.flows.cli.docs_tables          # write them
+    python -m membersync.flows.cli.docs_tables --check  # exit 1 when a file is not what it would write
 
 Each file keeps its own prose; only the text between ``<!-- BEGIN name ... -->`` and
 ``<!-- END name -->`` is generated (``tests/unit/flows/test_docs_tables.py`` fails when it drifts).
@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFIGURATION = REPO / "docs" / "configuration.md"
 REPORTS = REPO / "docs" / "reports.md"
 PERSONAL_DATA = REPO / "docs" / "personal-data.md"
-COMMAND = "python -m membersync.flows.docs_tables"
+COMMAND = "python -m membersync.flows.cli.docs_tables"
 
 
 def configuration_table() -> str:

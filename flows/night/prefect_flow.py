@@ -1,12 +1,12 @@
-"""The Prefect 3 flow around :mod:`membersync.flows.nightly`: one task per step, one per batch.
+"""The Prefect 3 flow around :mod:`membersync.flows.night.nightly`: one task per step, one per batch.
 
 All tasks are ``async`` and awaited on the flow's own event loop, so the night's one
 ``ServiceClient`` (one connection pool, one rate limiter) serves every batch. Tasks receive a
-run key and a batch id, and find their :class:`~membersync.flows.nightly.NightRun` in the
+run key and a batch id, and find their :class:`~membersync.flows.night.nightly.NightRun` in the
 module-level run registry; no credential, client or data is ever a task parameter or result,
 every task uses ``NO_CACHE`` and persists nothing. Settings come from the environment.
 
-The registry lives in :mod:`membersync.flows.nightly` and is always reached as ``nightly.RUNS``:
+The registry lives in :mod:`membersync.flows.night.nightly` and is always reached as ``nightly.RUNS``:
 when ``serve`` runs a flow, Prefect cloudpickles the flow's function *by value* into a fresh
 process, and a global of this module would be copied separately for the flow and each task.
 """
@@ -19,11 +19,11 @@ import logging
 import uuid
 from typing import Any
 
-from membersync.flows import nightly
-from membersync.flows.context import NightContext, context_for
-from membersync.flows.interrupt import reclaim_sigterm
-from membersync.flows.nightly import NightRun, StepRunner, drive, unwrap
-from membersync.flows.notify import Notifier, resume_command
+from membersync.flows.night import nightly
+from membersync.flows.night.context import NightContext, context_for
+from membersync.flows.night.interrupt import reclaim_sigterm
+from membersync.flows.night.nightly import NightRun, StepRunner, drive, unwrap
+from membersync.flows.night.notify import Notifier, resume_command
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 

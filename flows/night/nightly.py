@@ -3,7 +3,7 @@
 Two ways to run the same steps:
 
 * :func:`run_night` — a plain function (no Prefect), for tests, the benchmark and embedding.
-* ``nightly_sync`` — the Prefect 3 flow (in :mod:`membersync.flows.prefect_flow`): one task for
+* ``nightly_sync`` — the Prefect 3 flow (in :mod:`membersync.flows.night.prefect_flow`): one task for
   configuration, one for discovery, one task **per batch** of clients (a few hundred clients
   each, so 100,000 clients are a few hundred task runs), one for the self-audit, one for the
   commit and one for the warehouse build.
@@ -23,7 +23,7 @@ Order of a night (the landing zone makes it restartable):
 2. Discovery (saved with the night, so a resumed run syncs the same clients in the same batches).
 3. Batches of sorted client numbers; batches already written by an interrupted run of the same
    night are skipped; each batch is written atomically.
-4. The self-audit of an incremental night (:mod:`membersync.flows.audit`): a sample of the
+4. The self-audit of an incremental night (:mod:`membersync.flows.night.audit`): a sample of the
    clients *not* synced tonight is fetched live and compared with the landing zone; those that
    differ are queued for a full re-sync (the next night's discovery adds them), or synced at
    once in extra batches (``MEMBERSYNC_AUDIT_HEAL=now``).
@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
-from membersync.flows import audit as A
-from membersync.flows import batches as B
-from membersync.flows import nightgc
-from membersync.flows.progress import NullProgress, Progress
+from membersync.flows.night import audit as A
+from membersync.flows.night import batches as B
+from membersync.flows.night import nightgc
+from membersync.flows.night.progress import NullProgress, Progress
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.landing.atomic import write_json_atomic
 from membersync.warehouse.landing.manifest import foreign_tenant
@@ -108,7 +108,7 @@ class SyncOptions:
 
 
 def _store_notifier(settings: Settings) -> Any:
-    from membersync.flows.notify import StoreNotifier
+    from membersync.flows.night.notify import StoreNotifier
 
     notifier = StoreNotifier.from_settings(settings)
     return notifier if notifier.urls else None
@@ -316,7 +316,7 @@ class NightRun:
         self.stores: list[dict[str, Any]] = []  # the storelist as fetched (a shard plan carries it)
         self.batches: dict[str, B.Batch] = {}
         # How the pending batches are fetched when not here, batch by batch: a large tenant's
-        # night fans out to shards on a work pool (flows/shards.py, set by flows/tenant_flow.py).
+        # night fans out to shards on a work pool (flows/night/shards.py, set by flows/pool/tenant_flow.py).
         self.fan_out: Callable[[NightRun, list[str]], Awaitable[None]] | None = None
         self.shard_stats: dict[str, int] = {}  # what the shards asked of the service (summed)
         self.shard_statuses: dict[str, int] = {}  # the shards' answers by HTTP status (summed)
@@ -807,7 +807,7 @@ def run_night(
     return asyncio.run(arun_night(settings, data_dir, night, full=full, options=options, progress=progress))
 
 
-# --- what the Prefect flow (membersync.flows.prefect_flow) needs from here -------------------------
+# --- what the Prefect flow (membersync.flows.night.prefect_flow) needs from here -------------------------
 # Importing Prefect takes seconds: `membersync sync` checks settings, the lock and the service
 # before it pays that, so this module never imports it.
 

@@ -7,7 +7,7 @@ tenant's cron and timezone, its only parameters the tenant's name (and ``night``
 tags ``membersync`` and ``tenant:<name>``. The deployment's job variables carry the tenants
 file's path (``MEMBERSYNC_TENANTS_FILE``), never a credential. ``prefect worker start --pool
 NAME`` on any machine with membersync installed runs them (the entrypoint is the installed
-module ``membersync.flows.tenant_flow:tenant_night``, so no code storage is needed).
+module ``membersync.flows.pool.tenant_flow:tenant_night``, so no code storage is needed).
 
 On the worker, :func:`tenant_night` reads the tenants file, sets the tenant's ``MEMBERSYNC_*``
 settings (credentials read from the environment variables the file names, on the worker, or
@@ -42,7 +42,7 @@ from typing import Any
 
 from membersync.extract.settings import Settings, SettingsError, env_name
 from membersync.flows.console import error
-from membersync.flows.tenants import Tenant, TenantsFileError, load_tenants
+from membersync.flows.pool.tenants import Tenant, TenantsFileError, load_tenants
 from membersync.warehouse.landing.shard_area import ShardPlan
 from prefect import flow
 
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 TENANTS_FILE_ENV = env_name("tenants_file")
 DEFAULT_POOL = "membersync"
 FLOW_NAME = "membersync-tenant-night"
-ENTRYPOINT = "membersync.flows.tenant_flow:tenant_night"
+ENTRYPOINT = "membersync.flows.pool.tenant_flow:tenant_night"
 SHARD_FLOW_NAME = "membersync-tenant-shard"
 SHARD_QUEUE = "shards"  # the pool's work queue of shard runs (a worker may poll it alone)
 RATE_LIMIT_PREFIX = "membersync-rate-"
@@ -181,7 +181,7 @@ def tenant_options(found: Tenant, config: Settings, shared: bool) -> tuple[Any, 
     the limit exactly, and a shared gate would only cost it (measured: 6 tenants at 100 req/s
     through Prefect's slots served ~27 req/s each)."""
     from membersync.extract.client import ClientOptions
-    from membersync.flows.nightly import SyncOptions
+    from membersync.flows.night.nightly import SyncOptions
 
     options = SyncOptions.from_settings(config)
     if found.rate is None or not shared:
@@ -281,12 +281,12 @@ async def tenant_night(tenant: str, night: dt.date | None = None, full: bool = F
     Only the tenant's *name* is a parameter; its service, credentials (by the environment
     variable names or the Secret block the file gives) and data location are resolved here.
     A tenant with ``shards = N`` fetches its batches through N runs of its shard deployment
-    (:func:`tenant_shard`, :mod:`membersync.flows.shards`) and commits once, here.
+    (:func:`tenant_shard`, :mod:`membersync.flows.night.shards`) and commits once, here.
     """
-    from membersync.flows.context import NightContext
-    from membersync.flows.nightly import prepare_prefect_env
-    from membersync.flows.prefect_flow import run_night_in_flow
-    from membersync.flows.shards import fan_out
+    from membersync.flows.night.context import NightContext
+    from membersync.flows.night.nightly import prepare_prefect_env
+    from membersync.flows.night.prefect_flow import run_night_in_flow
+    from membersync.flows.night.shards import fan_out
 
     prepare_prefect_env()
     worker = Settings.load()
@@ -328,8 +328,8 @@ async def tenant_shard(tenant: str, night: dt.date, run_id: str, shard: int) -> 
     """One shard of a large tenant's night: fetch its batches of the plan the night's run wrote
     (run ``run_id``) into the shard area. Parameters carry names and ids only."""
     from membersync.extract.settings import ServiceSettings
-    from membersync.flows.nightly import prepare_prefect_env
-    from membersync.flows.shards import land_shard
+    from membersync.flows.night.nightly import prepare_prefect_env
+    from membersync.flows.night.shards import land_shard
     from membersync.warehouse.landing.paths import DataDir
     from membersync.warehouse.landing.shard_area import ShardArea
 
@@ -523,7 +523,7 @@ def run_deploy_cli(path: str, pool: str, out: Any, err: Any) -> int:
         for line in exc.errors:
             error(line, err)
         return 2
-    from membersync.flows.nightly import prepare_prefect_env
+    from membersync.flows.night.nightly import prepare_prefect_env
 
     prepare_prefect_env()
     try:

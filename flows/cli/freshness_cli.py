@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from membersync.extract.settings import Settings, SettingsError
 from membersync.flows.console import error, out
-from membersync.flows.notify import NOTIFY_ENV, Notifier
+from membersync.flows.night.notify import NOTIFY_ENV, Notifier
 from membersync.warehouse.landing import freshness
 from membersync.warehouse.landing.manifest import ManifestError
 from membersync.warehouse.landing.paths import DataDir

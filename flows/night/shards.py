@@ -1,6 +1,6 @@
 """A large tenant's night, fetched by shards on a work pool, committed once.
 
-The night's own run (:class:`~membersync.flows.nightly.NightRun`, on one worker, holding the data
+The night's own run (:class:`~membersync.flows.night.nightly.NightRun`, on one worker, holding the data
 dir's lock) opens the night, fetches the configuration and discovers the clients as always. With
 ``shards = N`` in the tenants file, its pending batches are then cut into N contiguous ranges of
 clients, the plan is written to the shard area (:mod:`membersync.warehouse.landing.shard_area`) and each
@@ -9,7 +9,7 @@ pool (:func:`fan_out`, through ``launch``: Prefect's ``run_deployment``). Every 
 take the tenant's shared rate-limit slots, so the shards together hold the tenant's limit.
 
 A shard that fails, crashes or is lost with its worker (a killed worker's run stops sending
-heartbeats and Prefect's automation marks it ``Crashed``; see ``flows/tenant_flow.py``) is
+heartbeats and Prefect's automation marks it ``Crashed``; see ``flows/pool/tenant_flow.py``) is
 launched again, up to :data:`SHARD_ATTEMPTS` times: the batches it had finished (their markers
 are in the area) are kept, the others fetched again. Then the run copies every batch into its
 staging, checked against the planned clients, and the night goes on as usual (self-audit,
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from membersync.extract.settings import ServiceSettings
-from membersync.flows import batches as B
+from membersync.flows.night import batches as B
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.landing.shard_area import (
     ShardArea,

@@ -14,7 +14,7 @@ service credentials as extra values: an error line may name the user ("wrong cre
 
 Who sends: ``membersync sync`` for the nights it runs (Prefect on or off), and the flow run
 itself for a night a deployment runs (``serve``'s schedule, a tenant's work pool):
-:func:`membersync.flows.prefect_flow.run_night_in_flow`. One message per failed night.
+:func:`membersync.flows.night.prefect_flow.run_night_in_flow`. One message per failed night.
 
 Delivery never decides an exit code: a receiver that is down or refuses is one warning in the
 log, and the command ends as it would have without it.

@@ -3,8 +3,8 @@
 An incremental night discovers clients by ``modifiedSince``, so a change the vendor makes
 without bumping ``lastModified`` (an EFT draw posted by a batch job, a back-office correction)
 is never synced. The audit samples clients *not* synced tonight, fetches their live state
-through the night's own per-client fan-out (:func:`membersync.flows.batches.fetch_batch_raw`
-and :func:`~membersync.flows.batches.type_batch`), and compares it, table by table and key by
+through the night's own per-client fan-out (:func:`membersync.flows.night.batches.fetch_batch_raw`
+and :func:`~membersync.flows.night.batches.type_batch`), and compares it, table by table and key by
 key, with the landing zone's committed state for them. Clients that differ are queued in
 ``DATA_DIR/state/resync.json``; the next night (or, with ``MEMBERSYNC_AUDIT_HEAL=now``, the
 same night) syncs them in full, and the queue forgets a client only when a night that synced
@@ -17,8 +17,8 @@ What "the landing's state" of a client is mirrors the warehouse (without using i
 * event tables (transactions, their lines and payments, points transactions): every key the
   client ever had, each in its newest fetched version (an old night's event stays history).
 
-Nothing here knows about Prefect; :mod:`membersync.flows.nightly` calls :func:`audit_clients`
-for a night and :mod:`membersync.flows.audit_cli` for ``membersync audit``. The reports and the
+Nothing here knows about Prefect; :mod:`membersync.flows.night.nightly` calls :func:`audit_clients`
+for a night and :mod:`membersync.flows.cli.audit_cli` for ``membersync audit``. The reports and the
 queue hold table names, row keys and surrogate client keys only: never a value, never a number.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from membersync.extract.settings import Settings
-from membersync.flows import batches as B
+from membersync.flows.night import batches as B
 from membersync.models import tables as T
 from membersync.models.coerce import TimezoneLookup
 from membersync.models.mask import IdentityMask

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from membersync.flows import nightgc
+from membersync.flows.night import nightgc
 
 if TYPE_CHECKING:
     import uvicorn
@@ -48,7 +48,7 @@ def night_api() -> Iterator[str | None]:
 
     Yields the API URL of the server started here, or None when one is configured (or the
     profile forbids an ephemeral server: Prefect then reports its own error, as before).
-    Call after :func:`membersync.flows.nightly.prepare_prefect_env`.
+    Call after :func:`membersync.flows.night.nightly.prepare_prefect_env`.
     """
     import prefect.context
     from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings

@@ -28,10 +28,10 @@ PEEK_REPORT = "outstanding_balances_by_store"
 
 def run_demo(clients: int = 300) -> int:
     from membersync.extract.sandbox.server import SandboxConfig, start_in_thread
-    from membersync.flows import nightly
-    from membersync.flows.context import NightContext, handed_down
-    from membersync.flows.progress import RichProgress
-    from membersync.flows.sync_cli import print_summary
+    from membersync.flows.cli.sync_cli import print_summary
+    from membersync.flows.night import nightly
+    from membersync.flows.night.context import NightContext, handed_down
+    from membersync.flows.night.progress import RichProgress
 
     chosen = Settings.load().data_dir
     data_dir = DataDir(Path(chosen).resolve()) if chosen else DataDir(DEMO_DATA_DIR)
@@ -49,8 +49,8 @@ def run_demo(clients: int = 300) -> int:
         )
         out.print("starting a local Prefect server (takes a few seconds) ...")
         nightly.prepare_prefect_env()
-        from membersync.flows import prefect_flow
-        from membersync.flows.prefect_api import night_api
+        from membersync.flows.night import prefect_flow
+        from membersync.flows.night.prefect_api import night_api
 
         context = NightContext.load()  # the environment just set, read once
         context.progress = bar = RichProgress(err)

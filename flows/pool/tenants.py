@@ -86,7 +86,7 @@ class Tenant:
     timezone: str
     data_dir: str  # a local path (absolute) or s3://bucket/prefix
     rate: float | None
-    shards: int = 1  # > 1: the night's batches are fetched by this many shard runs (flows/shards.py)
+    shards: int = 1  # > 1: the night's batches are fetched by this many shard runs (flows/night/shards.py)
 
     def night_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The ``MEMBERSYNC_*`` settings of this tenant's night (credentials read from the
@@ -273,7 +273,7 @@ def _profile(
 
 def _schedule(body: Mapping[str, Any], here: str, errors: list[str]) -> tuple[str, str]:
     """(cron, IANA zone), the defaults where unset; a bad cron or zone is one error line."""
-    from membersync.flows.schedule import check_schedule
+    from membersync.flows.pool.schedule import check_schedule
 
     schedule = _text(body, "schedule", here, errors) or DEFAULT_SCHEDULE
     timezone = _text(body, "timezone", here, errors) or DEFAULT_TIMEZONE
