@@ -199,12 +199,13 @@ def child_main(prefect: bool) -> int:
 
     from membersync.extract.settings import ServiceSettings, Settings, env_name
     from membersync.flows.night import nightly
+    from membersync.flows.night.options import SyncOptions
     from membersync.warehouse.landing.paths import DataDir
 
     config = Settings.load()
     settings = ServiceSettings.from_settings(config)
     data_dir = DataDir.from_settings(config)
-    options = replace(nightly.SyncOptions.from_settings(config), build=False)
+    options = replace(SyncOptions.from_settings(config), build=False)
     night = dt.date.today()
     if prefect:
         os.environ[env_name("build")] = "off"  # the flow reads the environment
@@ -731,7 +732,8 @@ def run_history_cost(clients: int, change_share: float = 0.05) -> int:
 
     from membersync.extract.client import ServiceClient
     from membersync.extract.settings import ServiceSettings
-    from membersync.flows.night.nightly import SyncOptions, run_night
+    from membersync.flows.night.nightly import run_night
+    from membersync.flows.night.options import SyncOptions
     from membersync.warehouse.landing.paths import DataDir
     from pydantic import SecretStr
 

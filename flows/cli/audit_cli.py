@@ -20,6 +20,7 @@ from membersync.flows.console import error, out
 from membersync.flows.night import audit as A
 from membersync.flows.night import batches as B
 from membersync.flows.night import nightly
+from membersync.flows.night.options import SyncOptions
 from membersync.models.coerce import TimezoneLookup
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DataDir
@@ -66,7 +67,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
         config = Settings.load()  # every MEMBERSYNC_* variable, read and checked once
         settings = ServiceSettings.from_settings(config)
         settings.profile()
-        options = nightly.SyncOptions.from_settings(config)
+        options = SyncOptions.from_settings(config)
         data_dir = DataDir.from_settings(config)
     except (AuditUsageError, SettingsError, ProfileError) as exc:
         return _fail(str(exc), 2)
@@ -98,7 +99,7 @@ def run_audit_cli(clients: str | None, seed: str | None = None) -> int:
 
 async def _audit(
     settings: ServiceSettings,
-    options: nightly.SyncOptions,
+    options: SyncOptions,
     data_dir: DataDir,
     holdings: A.Holdings,
     sample: list[str],

@@ -28,7 +28,9 @@ from membersync.flows.night import logfile, nightgc, nightly
 from membersync.flows.night.context import NightContext, handed_down
 from membersync.flows.night.interrupt import EXIT_INTERRUPTED, Interrupted, run_until_signal, say_once
 from membersync.flows.night.notify import resume_command
+from membersync.flows.night.options import SyncOptions
 from membersync.flows.night.progress import NullProgress, Progress, RichProgress
+from membersync.flows.night.summary import RunSummary
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.manifest import foreign_tenant
 from rich.console import Console
@@ -118,7 +120,7 @@ class _SyncNight:
         self.setup.notifier.night_failed(self.night, line, self.resume_hint, interrupted=interrupted)
         return code
 
-    def run_locked(self, progress: bool) -> nightly.RunSummary | int:
+    def run_locked(self, progress: bool) -> RunSummary | int:
         """The night, the caller holding the data dir's lock: its summary, or the exit code of a
         night that failed (the failure said and sent)."""
         setup, night = self.setup, self.night
@@ -163,7 +165,7 @@ def check_night(night: dt.date, committed: list[dt.date], today: dt.date, force:
     return None
 
 
-def probe_service(settings: ServiceSettings, options: nightly.SyncOptions) -> str | None:
+def probe_service(settings: ServiceSettings, options: SyncOptions) -> str | None:
     """One GET of the store list: None when the service answers, else the one line to show."""
     from membersync.extract.client import ServiceClient
     from membersync.extract.errors import (
@@ -214,7 +216,7 @@ def _run(
     full: bool,
     bar: Progress,
     last_words: Callable[[str], str],
-) -> nightly.RunSummary:
+) -> RunSummary:
     def say(signame: str) -> None:
         bar.close()
         _fail(last_words(signame), EXIT_INTERRUPTED)
@@ -243,7 +245,7 @@ def _run(
 
 
 def print_summary(
-    summary: nightly.RunSummary,
+    summary: RunSummary,
     console: Console | None = None,
     log_file: Path | None = None,
     wall_s: float | None = None,

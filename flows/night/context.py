@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from membersync.extract.settings import ServiceSettings, Settings
-from membersync.flows.night.nightly import SyncOptions, holding_lock
+from membersync.flows.night.nightly import holding_lock
 from membersync.flows.night.notify import Notifier
+from membersync.flows.night.options import SyncOptions
 from membersync.flows.night.progress import Progress
 from membersync.warehouse.landing.paths import DataDir
 

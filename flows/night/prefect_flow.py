@@ -24,6 +24,7 @@ from membersync.flows.night.context import NightContext, context_for
 from membersync.flows.night.interrupt import reclaim_sigterm
 from membersync.flows.night.nightly import NightRun, StepRunner, drive, unwrap
 from membersync.flows.night.notify import Notifier, resume_command
+from membersync.flows.night.summary import RunSummary
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -157,7 +158,7 @@ async def run_night_in_flow(
     return summary.as_dict()
 
 
-async def _summary_artifacts(summary: nightly.RunSummary) -> None:
+async def _summary_artifacts(summary: RunSummary) -> None:
     """The night's summary as a table artifact, and a link to its morning report (if written)."""
     from prefect.artifacts import acreate_table_artifact
 

@@ -181,7 +181,7 @@ def tenant_options(found: Tenant, config: Settings, shared: bool) -> tuple[Any, 
     the limit exactly, and a shared gate would only cost it (measured: 6 tenants at 100 req/s
     through Prefect's slots served ~27 req/s each)."""
     from membersync.extract.client import ClientOptions
-    from membersync.flows.night.nightly import SyncOptions
+    from membersync.flows.night.options import SyncOptions
 
     options = SyncOptions.from_settings(config)
     if found.rate is None or not shared:

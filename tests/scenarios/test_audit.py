@@ -30,8 +30,8 @@ from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows.cli.audit_cli import AuditUsageError, _audit, parse_clients
 from membersync.flows.night import audit as A
 from membersync.flows.night import batches as B
-from membersync.flows.night import nightly
 from membersync.flows.night.nightly import with_queued
+from membersync.flows.night.options import SyncOptions
 from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.zone import LandingZone
@@ -321,7 +321,7 @@ def audit_here(ws: Workspace, numbers: list[str]) -> dict[str, dict[str, list[st
     holdings = A.read_holdings(LandingZone(ws.data_dir))
     keys = holdings.keys
     sample = sorted(keys[n] for n in numbers)
-    options = nightly.SyncOptions.from_settings(config)
+    options = SyncOptions.from_settings(config)
     settings = ServiceSettings.from_settings(config)
     result = asyncio.run(_audit(settings, options, ws.data_dir, holdings, sample))
     numbers_of = {k: n for n, k in keys.items()}

@@ -20,7 +20,8 @@ from membersync.extract.sandbox.server import STATS_PATH
 from membersync.flows.benchmarks.sync import PASSWORD as SANDBOX_PASSWORD
 from membersync.flows.benchmarks.sync import USERNAME as SANDBOX_USERNAME
 from membersync.flows.benchmarks.sync import sandbox_process
-from membersync.flows.night.nightly import NightRun, SyncOptions, remembered_rate, run_night
+from membersync.flows.night.nightly import NightRun, remembered_rate, run_night
+from membersync.flows.night.options import SyncOptions
 from membersync.warehouse.landing.paths import DataDir
 from nights import settings_for
 

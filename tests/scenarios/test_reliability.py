@@ -275,7 +275,8 @@ def test_stalling_server_every_request_ends_within_its_timeout(
     from membersync.extract.client import ClientOptions
     from membersync.extract.errors import ServiceError
     from membersync.extract.settings import ServiceSettings, Settings
-    from membersync.flows.night.nightly import SyncOptions, run_night
+    from membersync.flows.night.nightly import run_night
+    from membersync.flows.night.options import SyncOptions
 
     sandbox, ws = committed
     server = BadServer(mode)

@@ -25,7 +25,8 @@ import pytest
 from conftest import s3_prefix
 from landed import synced_numbers
 from membersync.extract.settings import ServiceSettings, Settings
-from membersync.flows.night.nightly import NightRun, SyncOptions, direct_steps, drive, holding_lock
+from membersync.flows.night.nightly import NightRun, direct_steps, drive, holding_lock
+from membersync.flows.night.options import SyncOptions
 from membersync.flows.night.shards import fan_out
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.shard_area import ShardArea, ShardPlan, assign

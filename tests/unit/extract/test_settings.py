@@ -17,7 +17,7 @@ import pytest
 from membersync.extract.client import ClientOptions
 from membersync.extract.settings import SECRET_SETTINGS, ServiceSettings, Settings, SettingsError, env_name
 from membersync.flows.night.audit import AuditOptions
-from membersync.flows.night.nightly import SyncOptions
+from membersync.flows.night.options import SyncOptions
 from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
 from repo_root import REPO
 

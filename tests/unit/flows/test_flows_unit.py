@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from membersync.extract.settings import Settings, SettingsError
 from membersync.flows.night import batches as B
-from membersync.flows.night.nightly import RunSummary, SyncOptions, summary_from_flow_result
+from membersync.flows.night.nightly import summary_from_flow_result
+from membersync.flows.night.options import SyncOptions
+from membersync.flows.night.summary import RunSummary
 from repo_root import REPO
 
 
@@ -189,7 +191,7 @@ def test_an_empty_batch_still_types_every_client_table_with_its_schema() -> None
 def test_client_options_from_the_environment() -> None:
     from membersync.extract.client import ClientOptions
     from membersync.extract.settings import SettingsError
-    from membersync.flows.night.nightly import SyncOptions
+    from membersync.flows.night.options import SyncOptions
 
     options = SyncOptions.from_settings(
         Settings.load(

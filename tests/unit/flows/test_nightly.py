@@ -24,7 +24,8 @@ import pytest
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
 from landed import read_numbered, synced_numbers
 from membersync.flows.night import batches as B
-from membersync.flows.night.nightly import SyncOptions, run_night
+from membersync.flows.night.nightly import run_night
+from membersync.flows.night.options import SyncOptions
 from membersync.models import tables as T
 from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.paths import DataDir

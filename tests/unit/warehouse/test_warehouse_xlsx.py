@@ -25,7 +25,8 @@ import pytest
 import warehouse_scenario as sc
 import yaml
 from membersync.extract.settings import ServiceSettings
-from membersync.flows.night.nightly import SyncOptions, run_night
+from membersync.flows.night.nightly import run_night
+from membersync.flows.night.options import SyncOptions
 from membersync.warehouse.build.builder import build_warehouse
 from membersync.warehouse.exports.export import (
     REPORT_NAMES,
