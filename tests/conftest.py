@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 
 # The helpers (truth, scenarios, fixtures' servers) live in tests/support, imported by name.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from membersync.flows.pool.schedule import free_port, server_env, wait_healthy
 from membersync.flows.pool.tenant_flow import FLOW_NAME, wait_final
 

@@ -110,7 +110,8 @@ def sandbox(
 ) -> None:
     """Serve the sandbox: a complete local implementation of the service."""
     from membersync.extract.profile import Profile
-    from membersync.extract.sandbox.server import SandboxConfig, serve_forever
+    from membersync.extract.sandbox.running import serve_forever
+    from membersync.extract.sandbox.server import SandboxConfig
 
     config = guarded(
         lambda: SandboxConfig.checked(

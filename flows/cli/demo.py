@@ -27,7 +27,8 @@ PEEK_REPORT = "outstanding_balances_by_store"
 
 
 def run_demo(clients: int = 300) -> int:
-    from membersync.extract.sandbox.server import SandboxConfig, start_in_thread
+    from membersync.extract.sandbox.running import start_in_thread
+    from membersync.extract.sandbox.server import SandboxConfig
     from membersync.flows.cli.sync_cli import print_summary
     from membersync.flows.night import nightly
     from membersync.flows.night.context import NightContext, handed_down

@@ -24,7 +24,8 @@ import pytest
 import truth
 from conftest_prefect import prefect_harness  # noqa: F401  (session fixture)
 from landed import numbers_by_key, synced_numbers
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from membersync.extract.sandbox.silent import KINDS, SilentChange, change_silently
 from membersync.extract.settings import ServiceSettings, Settings, SettingsError
 from membersync.flows.cli.audit_cli import AuditUsageError, _audit, parse_clients

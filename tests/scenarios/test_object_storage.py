@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import truth
 from conftest import SECRET, s3_prefix  # the moto S3 fixtures (s3_endpoint, aws_env) live in conftest
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.models.tables import LANDED_BY_NAME as BY_NAME
 from membersync.warehouse.landing.night import LandingError
 from membersync.warehouse.landing.paths import DataDir

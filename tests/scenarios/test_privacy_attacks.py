@@ -23,7 +23,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 from canaries import IDENTITIES, add_canaries, plant_identity_elsewhere
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from membersync.models import tables as T
 from membersync.models.privacy import land_quarantine
 from membersync.warehouse.landing.identity import ClientKeys

@@ -21,7 +21,7 @@ from typing import Any
 import truth
 from landed import synced_numbers
 from membersync.extract.profile import Profile
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from nights import LAST_NIGHT as ANCHOR
 from reliability import Workspace
 

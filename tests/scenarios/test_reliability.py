@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 import truth
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from reliability import (
     ANCHOR,
     Outcome,

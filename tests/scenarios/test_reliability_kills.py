@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import truth
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.warehouse.landing.crashpoints import POINTS
 from membersync.warehouse.landing.manifest import manifest_path
 from reliability import (

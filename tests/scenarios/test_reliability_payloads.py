@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from membersync.extract import catalogue
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.errors import ServiceError
-from membersync.extract.sandbox.server import SandboxConfig, build_service, start_in_thread
+from membersync.extract.sandbox.running import start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig, build_service
 from membersync.flows.night.batches import SIMPLE_READS, Batch, ClientRef, RawBatch, type_batch
 from membersync.models import tables as T
 from membersync.models.coerce import BatchBuilder, TimezoneLookup

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 import truth
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from reliability import (
     ANCHOR,
     Workspace,

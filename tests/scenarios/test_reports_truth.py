@@ -43,7 +43,8 @@ import httpx
 import pytest
 import truth
 from membersync.extract.sandbox import model as m
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from membersync.extract.sandbox.state import Service
 from nights import TONIGHT as ANCHOR
 from reliability import Workspace

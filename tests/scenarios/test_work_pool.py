@@ -33,7 +33,7 @@ import httpx
 import pytest
 from conftest import BUCKET
 from landed import synced_numbers
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.flows.pool.schedule import free_port, server_env, wait_healthy
 from membersync.flows.pool.tenant_flow import (
     FLOW_NAME,

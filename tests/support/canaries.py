@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from privacy_scan import Canary
 
 # Values no generated client has: a hit anywhere is this client's.

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.models.tables import LANDED_BY_NAME as BY_NAME
 from membersync.warehouse.landing.manifest import read_manifests
 from membersync.warehouse.landing.paths import DataDir

@@ -17,7 +17,7 @@ import pytest
 from membersync.extract import catalogue, errors
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.profile import Profile
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 
 T = TypeVar("T")
 FAST = ClientOptions(backoff_base=0.01, backoff_max=0.05)

@@ -30,7 +30,8 @@ import pytest
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
 from membersync.extract.sandbox import population
-from membersync.extract.sandbox.server import FAULT_KINDS, RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import FAULT_KINDS, SandboxConfig
 from membersync.extract.sandbox.state import Service
 from membersync.extract.settings import SettingsError
 from membersync.flows.pool.schedule import free_port

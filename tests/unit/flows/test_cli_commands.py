@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import truth
-from membersync.extract.sandbox.server import RunningSandbox, SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from membersync.warehouse.landing.paths import DataDir
 
 CLIENTS = 40

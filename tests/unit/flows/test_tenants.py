@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.flows.pool.tenants import TenantsFileError, load_tenants
 from membersync.warehouse.landing.manifest import foreign_tenant, read_manifest
 from nights import TONIGHT as NIGHT

@@ -25,7 +25,7 @@ import truth
 from canaries import add_canaries, plant_identity_elsewhere
 from conftest import BUCKET
 from landed import numbers_by_key
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.warehouse.landing.crashpoints import FORGET_POINTS
 from membersync.warehouse.landing.identity import client_hmac
 from membersync.warehouse.landing.paths import DataDir
@@ -155,7 +155,8 @@ def synced_with_canaries(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Any:
     """One local data dir after a night that synced the three canaries (copied by each case)."""
-    from membersync.extract.sandbox.server import SandboxConfig, start_in_thread
+    from membersync.extract.sandbox.running import start_in_thread
+    from membersync.extract.sandbox.server import SandboxConfig
 
     sandbox = start_in_thread(SandboxConfig(clients=60, stores=3, seed=67, anchor_date=ANCHOR))
     try:

@@ -23,7 +23,8 @@ from pathlib import Path
 import openpyxl
 import pyarrow.parquet as pq
 import pytest
-from membersync.extract.sandbox.server import SandboxConfig, start_in_thread
+from membersync.extract.sandbox.running import start_in_thread
+from membersync.extract.sandbox.server import SandboxConfig
 from membersync.warehouse.landing.manifest import read_manifests
 from membersync.warehouse.landing.paths import DataDir
 from repo_root import REPO

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import openpyxl
 import truth
-from membersync.extract.sandbox.server import RunningSandbox
+from membersync.extract.sandbox.running import RunningSandbox
 from membersync.warehouse.exports.export import REPORT_NAMES
 from membersync.warehouse.landing.paths import DataDir
 from nights import TONIGHT as NIGHT
