@@ -476,7 +476,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chart_debt_area_on_one_night",
-        "warehouse/exports/morning.py",
+        "warehouse/exports/morning_charts.py",
         "(_base(rows).mark_bar() if one_night else _base(rows).mark_area())",
         "_base(rows).mark_area()",
         (HTML + "::test_case_the_first_night_s_debt_chart_draws_the_money_owed",),

@@ -36,6 +36,14 @@ from membersync.warehouse.exports.export import (
     open_at_night,
     read_report,
 )
+from membersync.warehouse.exports.morning_charts import (
+    BUCKETS,
+    area_chart,
+    bar_chart,
+    cohort_chart,
+    line_chart,
+    month_bars,
+)
 from membersync.warehouse.landing import freshness as fresh
 from membersync.warehouse.landing.atomic import write_file_atomic
 from membersync.warehouse.landing.manifest import read_manifest
@@ -47,8 +55,6 @@ TREND_NIGHTS = 90
 TOP_DEBTORS_SHOWN = 10
 COHORTS_SHOWN = 6  # the cohort chart's lines: the months of joining up to the night's
 MONTHS_SHOWN = 6  # the month charts' months, up to the night's
-CHART_WIDTH = 480  # scaled to the screen: small enough that a phone can read its text
-CHART_HEIGHT = 220
 # The scorecard's figures: (column, label, money?)
 FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("active_members", "Active members", False),
@@ -57,12 +63,6 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("amount_owed", "Owed", True),
     ("owed_90_plus", "Owed 90+ days", True),
     ("revenue_7d", "Revenue, 7 days", True),
-)
-BUCKETS = (
-    ("owed_0_29", "0-29 days"),
-    ("owed_30_59", "30-59"),
-    ("owed_60_89", "60-89"),
-    ("owed_90_plus", "90+"),
 )
 
 
@@ -153,37 +153,37 @@ def read_charts(con: duckdb.DuckDBPyConnection, night: dt.date, store: str | Non
     cohorts = _cohort_points(con, [night, night, store, store])
     dues, package_moves = _month_points(con, [night, night, store, store])
     return [
-        Chart("debt", "Owed, by age of the debt", _area_chart(debt)),
+        Chart("debt", "Owed, by age of the debt", area_chart(debt)),
         Chart(
-            "frozen-rate", "Frozen rate (frozen / active + frozen)", _line_chart(frozen_rate, "rate", ".1%")
+            "frozen-rate", "Frozen rate (frozen / active + frozen)", line_chart(frozen_rate, "rate", ".1%")
         ),
-        Chart("active-members", "Active members", _line_chart(active, "members", ",d")),
-        Chart("mrr", "MRR (monthly dues of active EFT memberships)", _line_chart(mrr, "mrr", "$,.0f")),
-        Chart("revenue", "Revenue by day (before tax)", _bar_chart(revenue)),
+        Chart("active-members", "Active members", line_chart(active, "members", ",d")),
+        Chart("mrr", "MRR (monthly dues of active EFT memberships)", line_chart(mrr, "mrr", "$,.0f")),
+        Chart("revenue", "Revenue by day (before tax)", bar_chart(revenue)),
         Chart(
             "package-liability",
             "Owed in package sessions (sessions left at the list price)",
-            _line_chart(packages, "liability", "$,.0f"),
+            line_chart(packages, "liability", "$,.0f"),
         ),
         Chart(
             "gift-certificates",
             "Gift certificates outstanding (sold - redeemed; the chain's is the sum)",
-            _line_chart(gift_certificates, "outstanding", "$,.0f"),
+            line_chart(gift_certificates, "outstanding", "$,.0f"),
         ),
         Chart(
             "package-moves",
             "Package liability by month: sold, redeemed, expired",
-            _month_bars(package_moves, "moved"),
+            month_bars(package_moves, "moved"),
         ),
         Chart(
             "dues-billing",
             "Dues by month: what memberships say should be billed, and what was billed",
-            _month_bars(dues, "dues"),
+            month_bars(dues, "dues"),
         ),
         Chart(
             "cohort-retention",
             f"Members still with us, by month of joining (the last {COHORTS_SHOWN} cohorts)",
-            _cohort_chart(cohorts),
+            cohort_chart(cohorts),
         ),
     ]
 
@@ -404,125 +404,6 @@ def _count(value: Any) -> int:
     if isinstance(value, list | dict):
         return len(value)
     return 0
-
-
-# --------------------------------------------------------------------------------------------
-# Charts: Vega-Lite (altair) rendered to SVG offline (vl-convert)
-# --------------------------------------------------------------------------------------------
-
-
-def _render(chart: Any) -> str:
-    import vl_convert
-
-    # Not validated against Vega-Lite's JSON schema at every night's report (jsonschema, ~0.2 s
-    # of CPU): the specs are this module's code, and its tests render every one of them.
-    svg = vl_convert.vegalite_to_svg(chart.to_dict(validate=False))
-    return str(svg)
-
-
-def _base(rows: list[dict[str, Any]]) -> Any:
-    import altair as alt
-
-    # The rows are JSON values already (ISO dates, floats): inline, without a pandas DataFrame
-    # (pandas' import was ~0.4 s of CPU of every night's report; the SVGs are byte-identical).
-    return alt.Chart(alt.Data(values=rows)).properties(width=CHART_WIDTH, height=CHART_HEIGHT)
-
-
-def _legend() -> Any:
-    import altair as alt
-
-    return alt.Legend(orient="bottom", title=None, columns=3)
-
-
-def _line_chart(rows: list[dict[str, Any]], value: str, fmt: str) -> str:
-    if not rows:
-        return ""
-    import altair as alt
-
-    chart = (
-        _base(rows)
-        .mark_line(point=len({r["night"] for r in rows}) < 3)
-        .encode(
-            x=alt.X("night:T", title=None, axis=alt.Axis(format="%b %d")),
-            y=alt.Y(f"{value}:Q", title=None, axis=alt.Axis(format=fmt)),
-            color=alt.Color("store:N", legend=_legend()),
-        )
-    )
-    return _render(chart)
-
-
-def _area_chart(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    import altair as alt
-
-    # An area over one night has no width: a history's first night is a stacked bar.
-    one_night = len({r["night"] for r in rows}) < 2
-    chart = (_base(rows).mark_bar() if one_night else _base(rows).mark_area()).encode(
-        x=alt.X("night:T", title=None, axis=alt.Axis(format="%b %d")),
-        y=alt.Y("amount:Q", title=None, stack="zero", axis=alt.Axis(format="$,.0f")),
-        color=alt.Color(
-            "bucket:N",
-            sort=[label for _, label in BUCKETS],
-            scale=alt.Scale(range=["#9ecae1", "#fdae6b", "#f16913", "#a50f15"]),
-            legend=_legend(),
-        ),
-        order=alt.Order("order:Q"),
-    )
-    return _render(chart)
-
-
-def _month_bars(rows: list[dict[str, Any]], value: str) -> str:
-    """A month's figures side by side, month after month."""
-    if not rows:
-        return ""
-    import altair as alt
-
-    chart = (
-        _base(rows)
-        .mark_bar()
-        .encode(
-            x=alt.X("month:O", title=None),
-            xOffset=alt.XOffset("figure:N", sort=alt.EncodingSortField("order")),
-            y=alt.Y(f"{value}:Q", title=None, axis=alt.Axis(format="$,.0f")),
-            color=alt.Color("figure:N", sort=alt.EncodingSortField("order"), legend=_legend()),
-        )
-    )
-    return _render(chart)
-
-
-def _cohort_chart(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    import altair as alt
-
-    chart = (
-        _base(rows)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("months:Q", title="months since joining", axis=alt.Axis(format="d", tickMinStep=1)),
-            y=alt.Y("retention:Q", title=None, axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("cohort:N", legend=_legend()),
-        )
-    )
-    return _render(chart)
-
-
-def _bar_chart(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    import altair as alt
-
-    chart = (
-        _base(rows)
-        .mark_bar()
-        .encode(
-            x=alt.X("day:T", title=None, axis=alt.Axis(format="%b %d")),
-            y=alt.Y("amount:Q", title=None, stack="zero", axis=alt.Axis(format="$,.0f")),
-            color=alt.Color("store:N", legend=_legend()),
-        )
-    )
-    return _render(chart)
 
 
 # --------------------------------------------------------------------------------------------

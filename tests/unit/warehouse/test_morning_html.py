@@ -218,7 +218,8 @@ def _plotted(data_dir: DataDir, night: dt.date, monkeypatch: pytest.MonkeyPatch)
 def _expected_points(truth: ms.Truth, night: dt.date) -> dict[str, dict[tuple[str, str], Decimal]]:
     """What each chart must plot over the trend window ending ``night``, from the scenario's
     landed rows (plain Python): keyed by (night or day, bucket or store)."""
-    from membersync.warehouse.exports.morning import BUCKETS, TREND_NIGHTS
+    from membersync.warehouse.exports.morning import TREND_NIGHTS
+    from membersync.warehouse.exports.morning_charts import BUCKETS
 
     first = night - dt.timedelta(days=TREND_NIGHTS - 1)
     nights = [n for n in truth.nights if first <= n <= night]
