@@ -29,7 +29,10 @@ File paths are relative to ``DATA_DIR/landing``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,19 +129,35 @@ def manifest_path(manifests_dir: Path, night: dt.date) -> Path:
 
 def read_manifests(manifests_dir: Path) -> list[Manifest]:
     """Every committed night, oldest first. Temporary files (``*.tmp``) are not commits."""
-    if not manifests_dir.exists():
+    try:
+        names = sorted(e.name for e in os.scandir(manifests_dir) if _MANIFEST_NAME.fullmatch(e.name))
+    except FileNotFoundError:
         return []
-    out = []
-    for path in sorted(manifests_dir.glob("????-??-??.json")):
-        out.append(Manifest.from_json(path.read_text(encoding="utf-8"), where=str(path)))
-    return out
+    return [_read(os.path.join(manifests_dir, name)) for name in names]
 
 
 def read_manifest(manifests_dir: Path, night: dt.date) -> Manifest | None:
-    path = manifest_path(manifests_dir, night)
-    if not path.exists():
+    try:
+        return _read(str(manifest_path(manifests_dir, night)))
+    except FileNotFoundError:
         return None
-    return Manifest.from_json(path.read_text(encoding="utf-8"), where=str(path))
+
+
+_MANIFEST_NAME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.json")
+
+
+def _read(path: str) -> Manifest:
+    """A manifest file, parsed once per version of it: a night reads every manifest several
+    times (its keys, its recovery, its commit), and a history of 430 nights made that quadratic.
+    A manifest is only ever replaced by a rename, so a new version is a new inode."""
+    st = os.stat(path)
+    return _parse(path, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse(path: str, inode: int, mtime_ns: int, size: int) -> Manifest:
+    with open(path, encoding="utf-8") as fh:
+        return Manifest.from_json(fh.read(), where=path)
 
 
 def foreign_tenant(manifest_tenants: Iterable[tuple[object, str | None]], tenant: str | None) -> str | None:

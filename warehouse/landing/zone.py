@@ -349,17 +349,21 @@ class LandingZone:
         self, named: set[str], pending: Mapping[dt.date, tuple[str, Path]], only: set[str] | None
     ) -> None:
         landing = self.data_dir.landing
-        for top in sorted(landing.iterdir()):
+        for top in sorted(landing.iterdir(), key=_name):
             if top.name in _RESERVED_TOP or not top.is_dir():
                 continue
-            for partition in sorted(top.iterdir()):
-                if only is not None and partition.name not in only:
-                    continue
+            # only the staged nights' partitions (a night's open looks at its own, not the history's)
+            partitions = (
+                sorted(top.iterdir(), key=_name)
+                if only is None
+                else [top / name for name in sorted(only) if os.path.lexists(top / name)]
+            )
+            for partition in partitions:
                 if not partition.is_dir():
                     _remove(partition)
                     continue
                 changed = False
-                for entry in sorted(partition.iterdir()):
+                for entry in sorted(partition.iterdir(), key=_name):
                     rel = f"{top.name}/{partition.name}/{entry.name}"
                     if rel in named:
                         continue
@@ -481,3 +485,7 @@ def _read_pid(fd: int) -> str | None:
 # Records of a saved discovery serialized at a time. Copied and serialized all at once, the
 # records of a 100,000-client night took ~35 MB more at its peak (measured), and a process
 # keeps most of such a peak resident for the rest of the night.
+
+
+def _name(path: Path) -> str:
+    return path.name
