@@ -1165,7 +1165,7 @@ def test_case_a_late_void_of_a_gift_certificate_sale(run: Run) -> None:
 
 def drawn_charts(run: Run, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]]]:
     """The last night's morning-report charts as drawn: each chart's value field -> its points."""
-    from membersync.warehouse.exports import export, morning
+    from membersync.warehouse.exports import export, morning, morning_charts
 
     specs: dict[str, list[dict[str, Any]]] = {}
 
@@ -1174,7 +1174,7 @@ def drawn_charts(run: Run, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[di
         specs[spec["encoding"]["y"]["field"]] = spec["data"]["values"]
         return "<svg></svg>"
 
-    monkeypatch.setattr(morning, "_render", capture)
+    monkeypatch.setattr(morning_charts, "_render", capture)
     with export.open_at_night(run.data_dir, run.nights[-1].date) as (con, night):
         morning.read_charts(con, night)
     return specs

@@ -77,8 +77,10 @@ def run(
     )
     if old is not None:
         environ["PYTHONPATH"] = str(old)
+    # The earlier layout's CLI is the module flows/cli.py; this one's is flows/cli/commands.py.
+    entry = "membersync.flows.cli" if old is not None else "membersync.flows.cli.commands"
     return subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", *argv],
+        [sys.executable, "-m", entry, *argv],
         env=environ,
         cwd=root,
         capture_output=True,

@@ -118,7 +118,7 @@ def test_case_the_report_is_one_file_where_the_night_says(report) -> None:
 def test_case_every_chart_is_valid_vega_lite(report, monkeypatch: pytest.MonkeyPatch) -> None:
     """Case: a night's report renders its charts without validating their Vega-Lite specs (~0.2 s of
     CPU per report); every spec of the scenario's charts is validated against the schema here."""
-    from membersync.warehouse.exports import export, morning
+    from membersync.warehouse.exports import export, morning, morning_charts
 
     data_dir, _, _ = report
     validated: list[dict[str, Any]] = []
@@ -127,7 +127,7 @@ def test_case_every_chart_is_valid_vega_lite(report, monkeypatch: pytest.MonkeyP
         validated.append(chart.to_dict(validate=True))  # raises on a spec the schema refuses
         return "<svg></svg>"
 
-    monkeypatch.setattr(morning, "_render", validate)
+    monkeypatch.setattr(morning_charts, "_render", validate)
     with export.open_at_night(data_dir, ms.NIGHTS[-1]) as (con, night):
         charts = morning.read_charts(con, night)
     assert [c.key for c in charts] == list(CHARTS) and len(validated) == len(CHARTS)
@@ -198,7 +198,7 @@ def test_case_the_report_in_chromium_draws_every_chart_and_requests_nothing_else
 
 def _plotted(data_dir: DataDir, night: dt.date, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
     """Each chart's Vega-Lite spec as the report would render it, by what it plots."""
-    from membersync.warehouse.exports import export, morning
+    from membersync.warehouse.exports import export, morning, morning_charts
 
     specs: dict[str, dict[str, Any]] = {}
 
@@ -209,7 +209,7 @@ def _plotted(data_dir: DataDir, night: dt.date, monkeypatch: pytest.MonkeyPatch)
         specs[{"amount": "debt"}.get(key, key)] = spec
         return "<svg></svg>"
 
-    monkeypatch.setattr(morning, "_render", capture)
+    monkeypatch.setattr(morning_charts, "_render", capture)
     with export.open_at_night(data_dir, night) as (con, at):
         morning.read_charts(con, at)
     return specs
