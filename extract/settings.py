@@ -18,6 +18,7 @@ import contextvars
 import datetime as dt
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -181,6 +182,26 @@ def parse_retention(value: Any) -> Any:
     return policy
 
 
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(%|b|kb|mb|gb|tb|kib|mib|gib|tib)?$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_SIZE_UNITS |= {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def parse_size(text: str, whole: int) -> int:
+    """``2GB``, ``1.5GiB``, ``800MB``, ``40%`` (of ``whole``) or plain bytes, as bytes."""
+    found = _SIZE.match(text.strip())
+    if found is None or float(found.group(1)) <= 0:
+        raise ValueError("expected a size such as 2GB, 1536MiB or 40%")
+    number, unit = float(found.group(1)), (found.group(2) or "b").lower()
+    return int(whole * number / 100) if unit == "%" else int(number * _SIZE_UNITS[unit])
+
+
+def _size(value: str | None) -> str | None:
+    if value is not None:
+        parse_size(value, 1)
+    return value
+
+
 Text = Annotated[str | None, BeforeValidator(_strip)]
 Seconds = Annotated[float, Field(gt=0), AfterValidator(_finite)]
 Flag = Annotated[bool, BeforeValidator(_lower)]
@@ -302,6 +323,14 @@ class Settings(BaseSettings):
     )
     dbt_threads: Annotated[int, Field(ge=1)] = Field(
         2, description="dbt threads of the warehouse build (4 took the same time, 1.3x the memory)"
+    )
+    build_memory: Annotated[Text, AfterValidator(_size)] = Field(
+        None,
+        description="memory a warehouse build may use (`2GB`, `1536MiB`, `40%`; default half the "
+        "machine's or cgroup's): DuckDB spills past it and a full refresh runs in batches of nights",
+    )
+    build_batch_nights: Annotated[int, Field(ge=0)] = Field(
+        0, description="nights per batch of a full refresh (0: as many as fit `MEMBERSYNC_BUILD_MEMORY`)"
     )
     stale_after_hours: Seconds = Field(
         36.0, description="`membersync freshness` calls the warehouse stale past this age of its newest night"

@@ -18,7 +18,7 @@ from typing import Any
 
 import duckdb
 from membersync.extract.settings import Settings, UsageError
-from membersync.flows.console import err, error, out
+from membersync.flows.console import err, error, nights_progress, out
 from membersync.models.tables import PERSONAL_COLUMNS
 from membersync.warehouse.build.builder import build_warehouse, committed_nights
 from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
@@ -69,7 +69,8 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         # otherwise publish an older warehouse over the one the sync just built.
         with LandingZone(data_dir).lock() as zone:
             upkeep(zone)  # a data dir of the earlier layout migrated, pending erasures finished
-            result = build_warehouse(data_dir, full_refresh=full_refresh)
+            with nights_progress("building") as progress:
+                result = build_warehouse(data_dir, full_refresh=full_refresh, progress=progress)
             paths = export_reports(data_dir, night, names)
             published = publish_reports(data_dir, paths)  # s3://: uploaded; else the paths
     except AlreadyRunning as exc:
@@ -82,6 +83,8 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         return 1
     if result.built_nights:
         how = "rebuilt whole" if result.full_refresh else "built incrementally"
+        if result.batches > 1:
+            how += f" in {result.batches} batches (MEMBERSYNC_BUILD_MEMORY)"
         out.print(
             f"warehouse {result.path}: {len(result.nights)} night(s), {len(result.built_nights)} {how}, "
             f"{result.checks} checks passed",

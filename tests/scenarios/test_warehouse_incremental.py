@@ -66,6 +66,17 @@ def _exports(data_dir: DataDir) -> dict[str, bytes]:
     return out
 
 
+def _parts_of(catalog: bytes) -> list[str]:
+    """The parts a catalog (its file's bytes) names."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "catalog.duckdb"
+        path.write_bytes(catalog)
+        with duckdb.connect(str(path), read_only=True) as con:
+            return [r[0] for r in con.execute("SELECT path FROM meta.parts").fetchall()]
+
+
 def _revenue_of_day(data_dir: DataDir, day: dt.date) -> list[tuple]:
     with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
         return con.execute(
@@ -113,7 +124,11 @@ def _transaction_change_points(data_dir: DataDir) -> set[tuple[str, dt.date]]:
     return points
 
 
-def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -> None:
+def test_incremental_nights_equal_a_full_refresh_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cases: each night built on its own; the whole rebuilt at once; the whole rebuilt in batches
+    of three nights then one (the bounded-memory refresh): every report of every night the same."""
     data_dir = DataDir(tmp_path / "data")
     history = History(CLIENTS, seed=11)
     late_void = _old_sale(history)
@@ -150,6 +165,14 @@ def test_incremental_nights_equal_a_full_refresh_byte_for_byte(tmp_path: Path) -
     assert full.keys() == incremental.keys()
     different = sorted(name for name in full if full[name] != incremental[name])
     assert not different, f"incremental and full refresh differ: {different}"
+
+    monkeypatch.setenv("MEMBERSYNC_BUILD_BATCH_NIGHTS", "3")
+    result = build_warehouse(data_dir, full_refresh=True)
+    assert result.full_refresh and result.batches == 2 and len(result.built_nights) == NIGHTS
+    batched = _exports(data_dir)
+    assert _event_marts(data_dir) == events
+    different = sorted(name for name in full if full[name] != batched[name])
+    assert not different, f"a batched and a whole full refresh differ: {different}"
 
 
 def _land_owner(data_dir: DataDir, history: History, index: int, sale: Sale, status: str) -> None:
@@ -246,8 +269,41 @@ CRASHER = (
     "import sys, pathlib\n"
     "from membersync.warehouse.build.builder import build_warehouse\n"
     "from membersync.warehouse.landing.paths import DataDir\n"
-    "build_warehouse(DataDir(pathlib.Path(sys.argv[1])))\n"
+    "build_warehouse(DataDir(pathlib.Path(sys.argv[1])), full_refresh=sys.argv[2:] == ['full'])\n"
 )
+
+
+def test_sigkill_half_way_through_a_batched_refresh_keeps_the_previous_warehouse(tmp_path: Path) -> None:
+    """Case: a full refresh in batches of one night killed after its second batch; readers keep
+    the previous warehouse meanwhile; the rerun refreshes it exactly and leaves no batch behind."""
+    data_dir = DataDir(tmp_path / "data")
+    history = History(CLIENTS, seed=5)
+    late_void = _old_sale(history)
+    for index in range(NIGHTS):
+        _land(data_dir, history, index, late_void)
+    build_warehouse(data_dir)
+    before = data_dir.warehouse_db.read_bytes()
+    reports_before = _exports(data_dir)
+
+    env = {**os.environ, "MEMBERSYNC_CRASH_AT": "after_refresh_batch:2", "MEMBERSYNC_BUILD_BATCH_NIGHTS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(data_dir.root), "full"], env=env, cwd=REPO)
+    assert proc.wait(timeout=300) == -9
+    killed = [p for p in parts_dir(data_dir).glob("*/*.parquet") if f"-{proc.pid}-" in p.name]
+    assert killed, "the killed refresh had written two batches' parts (so it died half-way)"
+    assert data_dir.warehouse_db.read_bytes() == before
+    assert _exports(data_dir) == reports_before
+
+    env.pop("MEMBERSYNC_CRASH_AT")
+    rerun = subprocess.run([sys.executable, "-c", CRASHER, str(data_dir.root), "full"], env=env, cwd=REPO)
+    assert rerun.returncode == 0
+    assert _exports(data_dir) == reports_before  # exact: what a whole refresh (and each night) gives
+    assert not [p for p in parts_dir(data_dir).glob("*/*.parquet") if f"-{proc.pid}-" in p.name]
+    with duckdb.connect(str(data_dir.warehouse_db), read_only=True) as con:
+        named = {r[0] for r in con.execute("SELECT path FROM meta.parts").fetchall()}
+        facts = dict(con.execute("SELECT key, value FROM meta.build").fetchall())
+    assert facts["full_refresh"] == "true"
+    # the refresh's four batches left only parts its catalog names (and the replaced one's)
+    assert {str(p) for p in parts_dir(data_dir).glob("*/*.parquet")} - named <= set(_parts_of(before))
 
 
 @pytest.mark.parametrize("nth", [1, 20])

@@ -1,4 +1,4 @@
-"""Run the dbt project in ``sql/`` from Python (``dbtRunner``), one ``dbt build`` per warehouse build.
+"""Run the dbt project in ``sql/`` from Python (``dbtRunner``), one ``dbt build`` per batch of nights.
 
 Nothing of dbt's is written inside the repository: the profile is generated at run time (DuckDB
 needs no credentials), and dbt's target (the compiled SQL; no JSON artifacts, see
@@ -80,8 +80,11 @@ class DbtRun:
         return (n for n in self.nodes if n.resource_type == "test")
 
 
-def write_profile(folder: Path, database: Path, threads: int = 1) -> None:
-    """profiles.yml for the scratch database (DuckDB: a path, no credentials)."""
+def write_profile(
+    folder: Path, database: Path, threads: int = 1, duckdb_settings: Mapping[str, str] | None = None
+) -> None:
+    """profiles.yml for the scratch database (DuckDB: a path, no credentials), with
+    ``duckdb_settings`` (the memory bound's limit and spill folder) on each of dbt's connections."""
     profile = {
         PROFILE: {
             "target": "build",
@@ -91,7 +94,11 @@ def write_profile(folder: Path, database: Path, threads: int = 1) -> None:
                     "path": str(database),
                     "schema": "main",
                     "threads": threads,
-                    "settings": {"TimeZone": "UTC", "enable_progress_bar": "false"},
+                    "settings": {
+                        "TimeZone": "UTC",
+                        "enable_progress_bar": "false",
+                        **(duckdb_settings or {}),
+                    },
                 }
             },
         }

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 from membersync.warehouse.build import catalog as cat
 from membersync.warehouse.build.errors import newer_nights, stale
+from membersync.warehouse.build.memory import apply_bound, build_memory
 from membersync.warehouse.build.project import load_models
 from membersync.warehouse.landing.manifest import Manifest, read_manifests
 from membersync.warehouse.landing.paths import FILE_MODE, DataDir
@@ -45,11 +46,14 @@ def build_lock(data_dir: DataDir) -> Iterator[None]:
         os.close(fd)
 
 
-def connect(path: Path) -> duckdb.DuckDBPyConnection:
+def connect(path: Path | str, data_dir: DataDir) -> duckdb.DuckDBPyConnection:
+    """A connection of a writer holding the build lock: held to the build's memory bound, spilling
+    to the build's folder."""
     # No progress bar: a long COPY would draw one on the terminal of `membersync reports`.
     con = duckdb.connect(str(path))
     con.execute("SET enable_progress_bar = false")
     con.execute("SET TimeZone = 'UTC'")
+    apply_bound(con, build_memory(data_dir))
     return con
 
 
@@ -93,7 +97,7 @@ def edit_catalogs(data_dir: DataDir, edit: Callable[[duckdb.DuckDBPyConnection, 
         tmp = data_dir.root / f"{TMP_PREFIX}{os.getpid()}-edit-{secrets.token_hex(3)}-{tier}"
         try:
             shutil.copyfile(target, tmp)
-            with contextlib.closing(connect(tmp)) as con:
+            with contextlib.closing(connect(tmp, data_dir)) as con:
                 edit(con, tier)
                 con.execute("CHECKPOINT")
             os.chmod(tmp, FILE_MODE)
@@ -153,7 +157,7 @@ def prune_nights(data_dir: DataDir, removed: Sequence[dt.date]) -> int:
         return 0
     keys = {m.name: m.key for m in load_models()}
     build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
-    with build_lock(data_dir), contextlib.closing(duckdb.connect()) as con:
+    with build_lock(data_dir), contextlib.closing(connect(":memory:", data_dir)) as con:
         rewritten = {
             p.path: _pruned_part(con, data_dir, p, keys.get(p.model, ()), gone, build_id) for p in parts
         }

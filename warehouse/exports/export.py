@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from membersync.warehouse.build.memory import bound_connection
 from membersync.warehouse.exports.report_table import Report, ReportTable, TotalRow
 from membersync.warehouse.exports.workbook import render_workbook
 from membersync.warehouse.landing.atomic import write_file_atomic
@@ -260,7 +261,8 @@ def open_at_night(
     path = data_dir.catalog(tier)
     if not path.is_file():
         raise ExportError(f"no warehouse at {path}: run `membersync reports` first")
-    with contextlib.closing(duckdb.connect(str(path), read_only=True)) as con:
+    # held to the build's memory bound: the reports of every night are exported one after another
+    with contextlib.closing(bound_connection(data_dir, str(path), read_only=True)) as con:
         con.execute("SET TimeZone = 'UTC'")
         nights = [r[0] for r in con.execute("SELECT snapshot_date FROM meta.nights ORDER BY 1").fetchall()]
         if not nights:

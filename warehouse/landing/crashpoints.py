@@ -30,6 +30,10 @@ and the steps of an erasure (:data:`FORGET_POINTS`, ``membersync forget``,
 and one of the migration to the layout with identity apart (:mod:`membersync.warehouse.lifecycle.migrate`):
 
 - ``migrate_after_night``: a night's manifest names its migrated files, its old files not yet deleted
+
+and one of a full refresh built in batches of nights (:mod:`membersync.warehouse.build.builder`):
+
+- ``after_refresh_batch``: a batch's parts are written, the next batch not begun, nothing published
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ FORGET_POINTS = (
     "forget_after_reexport",
 )
 MIGRATE_POINTS = ("migrate_after_night",)
+REFRESH_POINTS = ("after_refresh_batch",)
 _seen: dict[str, int] = {}
 
 

@@ -41,6 +41,7 @@ import duckdb
 import pyarrow as pa
 from membersync.extract.settings import RetentionPolicy
 from membersync.models import tables as T
+from membersync.warehouse.build.memory import bound_connection
 from membersync.warehouse.landing.manifest import Manifest
 from membersync.warehouse.landing.rewrite import TableRewrite
 from membersync.warehouse.landing.storage import remove_reports
@@ -112,7 +113,7 @@ def inactive_clients(data_dir: Any, policy: RetentionPolicy, newest: dt.date, li
     if policy.identity is None or not data_dir.warehouse_db.is_file():
         return []
     cutoff = policy.identity.before(newest)
-    with contextlib.closing(duckdb.connect(str(data_dir.warehouse_db), read_only=True)) as con:
+    with contextlib.closing(bound_connection(data_dir, str(data_dir.warehouse_db), read_only=True)) as con:
         rows = con.execute(
             "SELECT client_key FROM marts.client_activity "
             "WHERE NOT active_now AND coalesce(last_activity_date, DATE '0001-01-01') < ?",
@@ -146,7 +147,7 @@ def carried_rows(zone: Any, run: Sequence[Manifest], kept: Manifest) -> dict[str
     client's newest snapshot among them (unless the kept night synced the client again), each
     event's and identity's newest version (unless the kept night holds that key)."""
     synced = T.landed("synced_clients")
-    con = duckdb.connect()
+    con = bound_connection(zone.data_dir)
     try:
         con.register("run_synced", pa.concat_tables([read_night(zone, m, synced) for m in run]))
         con.register("kept_synced", read_night(zone, kept, synced))
