@@ -84,7 +84,7 @@ def write_profile(
     folder: Path, database: Path, threads: int = 1, duckdb_settings: Mapping[str, str] | None = None
 ) -> None:
     """profiles.yml for the scratch database (DuckDB: a path, no credentials), with
-    ``duckdb_settings`` (the memory bound's limit and spill folder) on each of dbt's connections."""
+    ``duckdb_settings`` (the memory bound's limit and spill folder) as the database's options."""
     profile = {
         PROFILE: {
             "target": "build",
@@ -94,11 +94,10 @@ def write_profile(
                     "path": str(database),
                     "schema": "main",
                     "threads": threads,
-                    "settings": {
-                        "TimeZone": "UTC",
-                        "enable_progress_bar": "false",
-                        **(duckdb_settings or {}),
-                    },
+                    "settings": {"TimeZone": "UTC", "enable_progress_bar": "false"},
+                    # the database's own options, set once as dbt opens it (DuckDB refuses to
+                    # move its spill folder once used, which per-connection settings would try)
+                    "config_options": dict(duckdb_settings or {}),
                 }
             },
         }

@@ -3,6 +3,7 @@ and DuckDB held to it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -117,9 +118,11 @@ def test_case_the_build_profile_gives_dbt_the_same_bound(tmp_path: Path) -> None
 
     bound = MemoryBound(GIB, tmp_path / "spill")
     dbt_run.write_profile(tmp_path, tmp_path / "scratch.duckdb", 2, bound.settings())
-    text = (tmp_path / "profiles.yml").read_text()
-    assert f'"memory_limit": "{(GIB - memory.PROCESS_RESERVE) // MIB}MiB"' in text
-    assert f'"temp_directory": "{tmp_path / "spill"}"' in text
-    with duckdb.connect() as con:  # the settings are DuckDB's own names and values
-        for name, value in bound.settings().items():
-            con.execute(f"SET {name} = '{value}'")
+    output = json.loads((tmp_path / "profiles.yml").read_text())["membersync"]["outputs"]["build"]
+    assert output["config_options"] == {
+        "memory_limit": f"{(GIB - memory.PROCESS_RESERVE) // MIB}MiB",
+        "temp_directory": str(tmp_path / "spill"),
+    }
+    # DuckDB's own option names and values: a database opens with them
+    with duckdb.connect(str(tmp_path / "scratch.duckdb"), config=output["config_options"]) as con:
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone() == ("512.0 MiB",)
