@@ -35,6 +35,11 @@ with its command and commit: docs/benchmarks.md (earlier ones: ``git log``).
 
       python -m membersync.flows.benchmarks.coerce [--clients N] [--per-client K] [--batch B]
 
+- :mod:`.refresh`: a full refresh of a landed history in bounded memory (``MEMBERSYNC_BUILD_MEMORY``,
+  optionally in a memory cgroup): wall time, peak RSS, batches, the reports compared byte for byte::
+
+      python -m membersync.flows.benchmarks.refresh DIR --memory unset --memory 2GB [--cgroup 2GB]
+
 - :mod:`.build`: one night's warehouse build as history accumulates, on the synthetic history
   of :mod:`membersync.flows.benchmarks.synthetic`::
 
