@@ -63,3 +63,22 @@ def test_case_the_shared_consoles_never_read_text_as_markup(capsys: pytest.Captu
     captured = capsys.readouterr()
     assert captured.out == "report: /data/[/x]/[bold]r.csv\n"
     assert captured.err == "note: [tenants.alpha]\n"
+
+
+def test_case_the_nights_progress_draws_only_a_build_of_several_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One batch (its only call is done = total) draws nothing; several draw nights done of
+    nights, to the last."""
+    from membersync.flows import console
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(console, "err", Console(file=buffer, width=100, color_system=None))
+    with console.nights_progress("building") as told:
+        told(365, 365)
+    assert buffer.getvalue() == ""
+    with console.nights_progress("building") as told:
+        for done in (120, 240, 365):
+            told(done, 365)
+    drawn = buffer.getvalue()
+    assert "building" in drawn and "365/365 nights" in drawn
