@@ -37,14 +37,10 @@ from rich.text import Text
 log = logging.getLogger(__name__)
 
 
-def _usage_error(message: str) -> Exception:
-    return UsageError(message)
-
-
 def _data_dir() -> DataDir:
     data_dir = DataDir.from_settings(Settings.load())
     if data_dir.remote is None and not data_dir.root.is_dir():  # s3://: the working dir is made
-        raise _usage_error(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
+        raise UsageError(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
     return data_dir
 
 
@@ -59,9 +55,9 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         refresh_mirror(data_dir)  # an s3:// location: its committed files, mirrored in the working dir
         nights = committed_nights(data_dir)
         if not nights:
-            raise _usage_error(f"no committed night in {data_dir.manifests}: run `membersync sync` first")
+            raise UsageError(f"no committed night in {data_dir.manifests}: run `membersync sync` first")
         if night is not None and night not in nights:
-            raise _usage_error(
+            raise UsageError(
                 f"night {night.isoformat()} is not committed "
                 f"(newest committed night: {nights[-1].isoformat()})"
             )
@@ -77,7 +73,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         error(f"{exc}; it rebuilds the warehouse when it commits, or run `membersync reports` again after it")
         return 1
     except (ExportError, BuildInputError, ManifestError, ErasureKeyError) as exc:
-        raise _usage_error(str(exc)) from None
+        raise UsageError(str(exc)) from None
     except (BuildError, StoreError) as exc:
         error(str(exc))
         return 1
@@ -124,7 +120,7 @@ def run_docs_cli() -> int:
         # No lock: the docs read a copy of the published catalog, which a build swaps atomically.
         page = generate_docs(data_dir)
     except DocsError as exc:
-        raise _usage_error(str(exc)) from None
+        raise UsageError(str(exc)) from None
     out.print(f"docs site: {page} (open it in a browser; one file, no server needed)", soft_wrap=True)
     out.print(
         f"for a web server: {page.with_name('index.html')} with manifest.json and catalog.json",
@@ -142,20 +138,20 @@ def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> i
     tier = "identified" if identified else "analyst"
     path = data_dir.catalog(tier)
     if not path.is_file():
-        raise _usage_error(f"no warehouse at {path}: run `membersync reports` first")
+        raise UsageError(f"no warehouse at {path}: run `membersync reports` first")
     try:
         with contextlib.closing(open_reader(data_dir, tier)) as con:
             check_reads_only(con, query)
             cursor = con.execute(query)
             if cursor is None:  # DuckDB answers None when there was no statement at all
-                raise _usage_error(EMPTY_QUERY)
+                raise UsageError(EMPTY_QUERY)
             header = [d[0] for d in cursor.description or []]
             rows = cursor.fetchall() if header else []
     except ReaderRefused as exc:
-        raise _usage_error(f"SQL refused: {exc}") from None
+        raise UsageError(f"SQL refused: {exc}") from None
     except duckdb.Error as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise _usage_error(
+        raise UsageError(
             f"SQL failed: {first_line}{'' if identified else _identity_hint(first_line)}"
         ) from None
     if as_csv:
@@ -195,7 +191,7 @@ def _check_not_empty(query: str) -> None:
     except duckdb.Error:
         return  # a syntax error: the run on the warehouse reports it as "SQL failed: ..."
     if not statements:
-        raise _usage_error(EMPTY_QUERY)
+        raise UsageError(EMPTY_QUERY)
 
 
 def run_report_html_cli(night: dt.date | None) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,17 +23,9 @@ from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
 from nights import TONIGHT as NIGHT
 from nights import sync_env, truth_counts
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
-CMD = [
-    sys.executable,
-    "-m",
-    "membersync.flows.cli.commands",
-    "sync",
-    "--date",
-    NIGHT.isoformat(),
-    "--no-progress",
-]
+CMD = [*MEMBERSYNC, "sync", "--date", NIGHT.isoformat(), "--no-progress"]
 
 
 def _start(env: dict[str, str]) -> subprocess.Popen[str]:

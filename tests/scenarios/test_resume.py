@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,11 @@ from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
 from nights import TONIGHT as NIGHT
 from nights import sync_env
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 
 def _sync(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "membersync.flows.cli.commands",
-        "sync",
-        "--date",
-        NIGHT.isoformat(),
-        "--no-progress",
-    ]
+    cmd = [*MEMBERSYNC, "sync", "--date", NIGHT.isoformat(), "--no-progress"]
     return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -24,7 +23,7 @@ from membersync.warehouse.build.publish import TMP_PREFIX
 from membersync.warehouse.landing.manifest import read_manifests
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 N1, N2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
 
@@ -46,7 +45,7 @@ def test_reports_while_a_sync_holds_the_lock_waits_its_turn(tmp_path: Path) -> N
     env = {**os.environ, "MEMBERSYNC_DATA_DIR": str(data_dir.root), "COLUMNS": "200"}
     with LandingZone(data_dir).lock():  # a sync is running
         proc = subprocess.run(
-            [sys.executable, "-m", "membersync.flows.cli.commands", "reports"],
+            [*MEMBERSYNC, "reports"],
             env=env,
             cwd=REPO,
             capture_output=True,

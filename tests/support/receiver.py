@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 USERNAME = "canary-user-7Kq"
 PASSWORD = "Cn4ry+P@ss/wörd 91!"
@@ -100,5 +99,5 @@ def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def membersync(*args: str, env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "membersync.flows.cli.commands", *args]
+    cmd = [*MEMBERSYNC, *args]
     return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, **kw)

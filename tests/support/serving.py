@@ -6,13 +6,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from repo_root import MEMBERSYNC
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,7 @@ def running_serve(
     (``--cron ... --timezone ...``)."""
     args = ["--interval", str(interval)] if interval is not None else list(schedule)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "membersync.flows.cli.commands", "serve", *args],
+        [*MEMBERSYNC, "serve", *args],
         env=env,
         cwd=REPO,
         start_new_session=True,

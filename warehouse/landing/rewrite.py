@@ -26,7 +26,7 @@ from typing import Protocol
 import pyarrow as pa
 from membersync.warehouse.landing.atomic import write_parquet_atomic
 from membersync.warehouse.landing.manifest import Manifest, TableFiles
-from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.paths import QUARANTINE_DIR, DataDir
 from membersync.warehouse.landing.storage import Store
 
 
@@ -37,7 +37,7 @@ class LandingZone(Protocol):
     store: Store
 
 
-QUARANTINE = "_quarantine"  # the key of a night's quarantine in a rewrite's changes
+QUARANTINE = QUARANTINE_DIR  # the key of a night's quarantine in a rewrite's changes: its folder
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ import ast
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from membersync.extract.settings import SECRET_SETTINGS, ServiceSettings, Settin
 from membersync.flows.night.audit import AuditOptions
 from membersync.flows.night.options import SyncOptions
 from membersync.warehouse.landing.paths import DEFAULT_DATA_DIR, DataDir
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 PRODUCT = ("extract", "models", "flows", "warehouse")
 SETTINGS_MODULE = REPO / "extract" / "settings.py"
@@ -182,7 +181,7 @@ def test_case_the_cli_exits_2_with_one_line_on_a_bad_setting(tmp_path: Path) -> 
         "MEMBERSYNC_BATCHES_IN_FLIGHT": "0",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--no-progress"],
+        [*MEMBERSYNC, "sync", "--no-progress"],
         env=env,
         capture_output=True,
         text=True,

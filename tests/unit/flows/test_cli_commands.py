@@ -14,7 +14,6 @@ import datetime as dt
 import io
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,9 +22,10 @@ import truth
 from membersync.extract.sandbox.running import RunningSandbox, start_in_thread
 from membersync.extract.sandbox.server import SandboxConfig
 from membersync.warehouse.landing.paths import DataDir
+from repo_root import MEMBERSYNC
 
 CLIENTS = 40
-COMMAND = [sys.executable, "-m", "membersync.flows.cli.commands"]
+COMMAND = [*MEMBERSYNC]
 Demo = tuple[DataDir, dict[str, str], "subprocess.CompletedProcess[str]"]
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from membersync.flows.console import error
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 from rich.console import Console
 
 
@@ -22,7 +21,7 @@ def _cli(*argv: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMBERSYNC_")}
     env.update(MEMBERSYNC_DATA_DIR=str(data_dir), COLUMNS="200", NO_COLOR="1")
     return subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", *argv],
+        [*MEMBERSYNC, *argv],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from membersync.flows.night import batches as B
 from membersync.flows.night.nightly import summary_from_flow_result
 from membersync.flows.night.options import SyncOptions
 from membersync.flows.night.summary import RunSummary
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 
 def summary(number: str, last_modified: str | None, store: str = "DOWNTOWN  ") -> dict[str, object]:
@@ -153,7 +152,7 @@ def test_sync_with_a_missing_setting_is_one_line_naming_it_exit_2(missing: str, 
     )
     del env[missing]
     proc = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--date", "2026-01-02"],
+        [*MEMBERSYNC, "sync", "--date", "2026-01-02"],
         capture_output=True,
         text=True,
         env=env,
@@ -244,7 +243,7 @@ def test_sync_of_a_future_night_is_one_line_exit_2(tmp_path: Path) -> None:
     }
     night = (dt.date.today() + dt.timedelta(days=5)).isoformat()
     proc = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--date", night],
+        [*MEMBERSYNC, "sync", "--date", night],
         env=env,
         capture_output=True,
         text=True,

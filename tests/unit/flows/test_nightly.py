@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,11 +30,11 @@ from membersync.warehouse.landing.manifest import read_manifest
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.zone import LandingZone
 from nights import settings_for, sync_env, truth_counts
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 TODAY = dt.date.today()
 # today's night, as a user types it (run as a real process)
-SYNC_CMD = [sys.executable, "-m", "membersync.flows.cli.commands", "sync"]
+SYNC_CMD = [*MEMBERSYNC, "sync"]
 SYNC_CMD += ["--date", TODAY.isoformat(), "--no-progress"]
 
 
@@ -307,7 +306,7 @@ def test_a_second_sync_on_the_same_data_dir_says_already_running(
     env = sync_env(sandbox, data_dir, tmp_path)
     with zone.lock():
         proc = subprocess.run(
-            [sys.executable, "-m", "membersync.flows.cli.commands", "sync", "--no-progress"],
+            [*MEMBERSYNC, "sync", "--no-progress"],
             env=env,
             cwd=REPO,
             capture_output=True,

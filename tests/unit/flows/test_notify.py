@@ -14,7 +14,6 @@ import datetime as dt
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from membersync.warehouse.landing import freshness
 from membersync.warehouse.landing.manifest import Manifest, manifest_path, read_manifest
 from membersync.warehouse.landing.paths import DataDir
 from receiver import HOOK_TOKEN, PASSWORD, USERNAME, Received, Receiver, base_env, membersync
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 from serving import running_serve
 
 TENANT = "Riverside Spa & Gym"
@@ -160,7 +159,7 @@ def test_an_interrupted_night_delivers_one_message(
         data_dir,
         MEMBERSYNC_BATCH_SIZE="5",
     )
-    cmd = [sys.executable, "-m", "membersync.flows.cli.commands", *sync_args()]
+    cmd = [*MEMBERSYNC, *sync_args()]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     batches = DataDir(data_dir).staging / TODAY.isoformat() / "batches"
     deadline = time.monotonic() + 120

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from repo_root import MEMBERSYNC
 from serving import running_serve
 
 FLOW, DEPLOYMENT, ARTIFACT = "membersync-nightly", "nightly", "membersync-night-summary"
@@ -136,7 +136,7 @@ def test_case_serve_schedules_the_night_by_its_cron_in_its_timezone(
     sandbox = fresh_sandbox(clients=5)
     env = serve_env(sandbox, tmp_path)
     bad = subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", "serve", "--timezone", "Mars/Olympus"],
+        [*MEMBERSYNC, "serve", "--timezone", "Mars/Olympus"],
         env=env,
         capture_output=True,
         text=True,

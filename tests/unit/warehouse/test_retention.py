@@ -14,7 +14,6 @@ import datetime as dt
 import filecmp
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -27,7 +26,7 @@ from membersync.warehouse.exports.export import export_reports
 from membersync.warehouse.landing.manifest import read_manifests
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.lifecycle.retention import plan_nights
-from repo_root import REPO
+from repo_root import MEMBERSYNC, REPO
 
 FIRST = dt.date(2025, 1, 1)
 NIGHTS = 430  # 2025-01-01 .. 2026-03-06
@@ -167,7 +166,7 @@ def cli(data_dir: DataDir, *argv: str, **env: str) -> subprocess.CompletedProces
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MEMBERSYNC_")}
     environ.update(MEMBERSYNC_DATA_DIR=str(data_dir.root), COLUMNS="200", NO_COLOR="1", **env)
     return subprocess.run(
-        [sys.executable, "-m", "membersync.flows.cli.commands", *argv],
+        [*MEMBERSYNC, *argv],
         env=environ,
         cwd=REPO,
         capture_output=True,
