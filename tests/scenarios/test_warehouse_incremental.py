@@ -274,7 +274,7 @@ CRASHER = (
 
 
 def test_sigkill_half_way_through_a_batched_refresh_keeps_the_previous_warehouse(tmp_path: Path) -> None:
-    """Case: a full refresh in batches of one night killed after its second batch; readers keep
+    """Case: a full refresh in batches of two nights killed after its first batch; readers keep
     the previous warehouse meanwhile; the rerun refreshes it exactly and leaves no batch behind."""
     data_dir = DataDir(tmp_path / "data")
     history = History(CLIENTS, seed=5)
@@ -285,11 +285,11 @@ def test_sigkill_half_way_through_a_batched_refresh_keeps_the_previous_warehouse
     before = data_dir.warehouse_db.read_bytes()
     reports_before = _exports(data_dir)
 
-    env = {**os.environ, "MEMBERSYNC_CRASH_AT": "after_refresh_batch:2", "MEMBERSYNC_BUILD_BATCH_NIGHTS": "1"}
+    env = {**os.environ, "MEMBERSYNC_CRASH_AT": "after_refresh_batch:1", "MEMBERSYNC_BUILD_BATCH_NIGHTS": "2"}
     proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(data_dir.root), "full"], env=env, cwd=REPO)
     assert proc.wait(timeout=300) == -9
     killed = [p for p in parts_dir(data_dir).glob("*/*.parquet") if f"-{proc.pid}-" in p.name]
-    assert killed, "the killed refresh had written two batches' parts (so it died half-way)"
+    assert killed, "the killed refresh had written a batch's parts (so it died half-way)"
     assert data_dir.warehouse_db.read_bytes() == before
     assert _exports(data_dir) == reports_before
 
@@ -302,7 +302,7 @@ def test_sigkill_half_way_through_a_batched_refresh_keeps_the_previous_warehouse
         named = {r[0] for r in con.execute("SELECT path FROM meta.parts").fetchall()}
         facts = dict(con.execute("SELECT key, value FROM meta.build").fetchall())
     assert facts["full_refresh"] == "true"
-    # the refresh's four batches left only parts its catalog names (and the replaced one's)
+    # the refresh's two batches left only parts its catalog names (and the replaced one's)
     assert {str(p) for p in parts_dir(data_dir).glob("*/*.parquet")} - named <= set(_parts_of(before))
 
 
