@@ -181,8 +181,8 @@ def aws_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 # run (`tests/checks.py` at 69409ca, the durations it prints): the lifecycle files (retention,
 # migrate, forget) were not listed and started last, a tail of ~5 minutes on one worker.
 LONGEST_FIRST = (
-    "test_warehouse_incremental.py",  # ~330 s (with the batched refresh's cases)
-    "test_reliability_kills.py",  # ~370 s
+    "test_warehouse_incremental.py",  # ~300 s (with the batched refresh's cases)
+    "test_reliability_kills.py",  # ~260 s
     "test_retention.py",  # ~340 s (its 430-night history is a module fixture)
     "test_migrate.py",  # ~280 s
     "test_work_pool.py",  # ~280 s
