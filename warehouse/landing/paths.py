@@ -96,6 +96,12 @@ PLACES: tuple[Place, ...] = (
     ),
     Place("warehouse/dbt/", "identified", "dbt's target and logs: a failing test's rows"),
     Place(
+        "warehouse/spill/",
+        "identified",
+        "DuckDB's pages spilled past MEMBERSYNC_BUILD_MEMORY while a build or export runs "
+        "(gone when it ends; a killed one's at the next build)",
+    ),
+    Place(
         "privacy/",
         "none",
         "the erasure register and retention journal: keyed hashes, surrogate keys, no identity",
