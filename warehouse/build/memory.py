@@ -1,11 +1,13 @@
 """The memory a build may use (``MEMBERSYNC_BUILD_MEMORY``), and how DuckDB is held to it.
 
-The bound is the whole process's: Python, dbt and DuckDB. DuckDB gets what is left after a fixed
-reserve for the rest (:data:`PROCESS_RESERVE`) as its ``memory_limit``, and spills what does not
-fit to ``temp_directory`` (owner-only, in the warehouse's work area: spilled pages hold client
-rows). Every DuckDB connection of a build-time job (the dbt build, the parts and catalogs, the
-exports of the reports, retention, forget, migrations) is opened through :func:`bound_connection`
-or the dbt profile's :func:`duckdb_settings`, so no job reads the history unbounded.
+The bound is the whole process's: Python, dbt and DuckDB. DuckDB gets what is left after a
+reserve for the rest (:data:`PROCESS_RESERVE`, at least a quarter: :data:`DUCKDB_SHARE`) as its
+``memory_limit``, and spills what does not fit to ``temp_directory`` (owner-only, in the
+warehouse's work area: spilled pages hold client rows). Every DuckDB connection of a build-time
+job (the dbt build through its profile, the parts and catalogs, the catalog edits of forget and
+retention, the export of the reports, retention's reads) holds to it, through
+:func:`apply_bound` or :func:`bound_connection`. Forget and migrations rewrite a night's files
+with Arrow, a night at a time.
 
 DuckDB's limit bounds its buffer manager, not what a single query holds outside it; a full
 refresh therefore also builds the history in batches of nights sized by :func:`batch_nights`,
@@ -31,6 +33,10 @@ MIB = 1024 * 1024
 # process uses besides DuckDB's buffers (a build of 10 nights x 10,000 clients peaks at 480 MiB
 # with DuckDB's share included; see docs/benchmarks.md).
 PROCESS_RESERVE = 512 * MIB
+# ... and at most this share of the bound: the rest grows with the history too (dbt's manifest
+# rows, Arrow tables, file pages DuckDB maps). 100,000 clients x 365 nights with DuckDB at the
+# bound less the reserve alone peaked at 3,885 MiB under a 4 GB bound.
+DUCKDB_SHARE = 0.75
 DUCKDB_FLOOR = 256 * MIB  # under this DuckDB spills nearly every operator: refuse, do not crawl
 BUILD_SPILL = "build"  # the dbt build's spill folder: fixed, as dbt hashes its profile into its parse cache
 DEFAULT_SHARE = 0.5  # of the machine's (or the cgroup's) memory, when the setting is unset
@@ -47,7 +53,7 @@ class MemoryBound:
 
     @property
     def duckdb_limit(self) -> int:
-        return self.total - PROCESS_RESERVE
+        return min(self.total - PROCESS_RESERVE, int(self.total * DUCKDB_SHARE))
 
     def settings(self) -> dict[str, str]:
         """DuckDB's settings for this bound (the dbt profile's, and every connection's)."""

@@ -43,8 +43,8 @@ def test_case_unset_the_bound_is_half_of_what_the_process_can_have(
 ) -> None:
     monkeypatch.setattr(memory, "machine_memory", lambda: 8 * GIB)
     bound = build_memory(DataDir(tmp_path), settings=Settings.load({}))
-    assert bound.total == 4 * GIB and bound.duckdb_limit == 4 * GIB - memory.PROCESS_RESERVE
-    assert bound.settings()["memory_limit"] == f"{(4 * GIB - memory.PROCESS_RESERVE) // MIB}MiB"
+    assert bound.total == 4 * GIB and bound.duckdb_limit == 3 * GIB  # DuckDB's share, 3/4
+    assert bound.settings()["memory_limit"] == "3072MiB"
     assert bound.spill_dir == tmp_path / "warehouse" / "spill" / memory.BUILD_SPILL
 
 
@@ -72,7 +72,11 @@ def test_case_a_cgroup_v1_limit_is_read_from_this_process_s_group(
 
 
 def bound(limit: int) -> MemoryBound:
-    return MemoryBound(limit + memory.PROCESS_RESERVE, Path("/nowhere"))
+    """A bound whose DuckDB limit is ``limit``."""
+    total = max(limit + memory.PROCESS_RESERVE, -(-limit * 4 // 3))
+    made = MemoryBound(total, Path("/nowhere"))
+    assert made.duckdb_limit == limit
+    return made
 
 
 def test_case_a_history_that_fits_is_one_batch() -> None:
