@@ -193,6 +193,8 @@ def parse_size(text: str, whole: int) -> int:
     if found is None or float(found.group(1)) <= 0:
         raise ValueError("expected a size such as 2GB, 1536MiB or 40%")
     number, unit = float(found.group(1)), (found.group(2) or "b").lower()
+    if unit == "%" and number > 100:
+        raise ValueError("a share of the memory is at most 100%")
     return int(whole * number / 100) if unit == "%" else int(number * _SIZE_UNITS[unit])
 
 

@@ -14,7 +14,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -50,11 +49,6 @@ class Plan:
     prior_parts: list[cat.Part]  # what an incremental build continues from (none: full refresh)
     prior_newest: dt.date | None
     published_parts: list[cat.Part]  # the replaced catalog's: a reader may hold it, they stay
-
-
-def new_build_id() -> str:
-    """``<utc time>-<pid>-<random>``: names a build's parts and catalogs (the pid: whose they are)."""
-    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
@@ -123,7 +117,7 @@ def build_batch(
         with contextlib.closing(connect(scratch, data_dir)) as con:
             raise_first_failure(con, run, relations)
             with timed(phases, "parts"):
-                parts = write_parts(con, data_dir, run, plan, new_build_id())
+                parts = write_parts(con, data_dir, run, plan, cat.new_build_id())
                 rows, duplicates, others = tallies(con, run)
         return Batch(run, parts, dbt_run.checks_rows(run, relations), rows, duplicates, others)
     finally:

@@ -50,7 +50,6 @@ from membersync.warehouse.build.batch import (
     batch_plan,
     build_batch,
     merged_tallies,
-    new_build_id,
     night_batches,
     nights_table,
     timed,
@@ -225,7 +224,7 @@ def _plan(data_dir: DataDir, manifests: list[Manifest], project: Path, full_refr
 def _build(data_dir: DataDir, project: Path, plan: Plan, progress: Progress | None) -> BuildResult:
     """The plan's nights in batches (one, unless they do not fit the memory bound), each a dbt
     build continuing from the last; then the catalogs over the last batch's parts, swapped in."""
-    build_id = new_build_id()
+    build_id = cat.new_build_id()
     # One fixed scratch folder (builds are serialised by the build lock): dbt hashes the
     # profile, which names the scratch database, into its partial-parse cache, and a path that
     # changed every build would make dbt parse the whole project again (seconds a night).

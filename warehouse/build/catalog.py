@@ -30,6 +30,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,6 +298,11 @@ def create_history_views(
 # --------------------------------------------------------------------------------------------
 # Garbage
 # --------------------------------------------------------------------------------------------
+
+
+def new_build_id() -> str:
+    """``<utc time>-<pid>-<random>``: names a build's parts and catalogs (the pid: whose they are)."""
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def build_id_pid(name: str) -> int | None:

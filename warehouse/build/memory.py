@@ -30,8 +30,8 @@ from membersync.warehouse.landing.paths import DIR_MODE, DataDir
 
 MIB = 1024 * 1024
 # Python with dbt-core parsed and prefect imported, and the Arrow tables a build holds: what the
-# process uses besides DuckDB's buffers (a build of 10 nights x 10,000 clients peaks at 480 MiB
-# with DuckDB's share included; see docs/benchmarks.md).
+# process uses besides DuckDB's buffers (a whole night's build of 5,000 clients peaks at 357-394 MB,
+# DuckDB included: docs/benchmarks.md).
 PROCESS_RESERVE = 512 * MIB
 # ... and at most this share of the bound: the rest grows with the history too (dbt's manifest
 # rows, Arrow tables, file pages DuckDB maps). 100,000 clients x 365 nights with DuckDB at the
@@ -42,7 +42,8 @@ BUILD_SPILL = "build"  # the dbt build's spill folder: fixed, as dbt hashes its 
 DEFAULT_SHARE = 0.5  # of the machine's (or the cgroup's) memory, when the setting is unset
 # A night's landed Parquet (zstd) held as DuckDB's working set across the project's models,
 # measured on the synthetic history: a one-batch full refresh of 10,000 clients x 365 nights
-# (208 MB landed) peaked at 2.82 GB. A batch's landed bytes stay under the DuckDB limit over this.
+# (163 MB of landed Parquet) peaked at 2.75-2.87 GB. A batch's landed bytes stay under the
+# DuckDB limit over this.
 EXPANSION = 16
 
 

@@ -156,7 +156,7 @@ def prune_nights(data_dir: DataDir, removed: Sequence[dt.date]) -> int:
         repoint_catalogs(data_dir)
         return 0
     keys = {m.name: m.key for m in load_models()}
-    build_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
+    build_id = cat.new_build_id()
     with build_lock(data_dir), contextlib.closing(connect(":memory:", data_dir)) as con:
         rewritten = {
             p.path: _pruned_part(con, data_dir, p, keys.get(p.model, ()), gone, build_id) for p in parts
