@@ -331,8 +331,18 @@ class Settings(BaseSettings):
         description="memory a warehouse build may use (`2GB`, `1536MiB`, `40%`; default half the "
         "machine's or cgroup's): DuckDB spills past it and a full refresh runs in batches of nights",
     )
+    open_tables: Flag = Field(
+        True,
+        description="`off`: no Delta Lake tables of the analyst tier under `delta/` of the data location "
+        "(docs/open-tables.md)",
+    )
     build_batch_nights: Annotated[int, Field(ge=0)] = Field(
         0, description="nights per batch of a full refresh (0: as many as fit `MEMBERSYNC_BUILD_MEMORY`)"
+    )
+    lease_seconds: Annotated[float, Field(ge=3.0, le=3600.0)] = Field(
+        30.0,
+        description="with `s3://`: the writer's lease in the bucket lasts this long unless renewed (a "
+        "third of it): a killed writer's lease ends by itself after it",
     )
     stale_after_hours: Seconds = Field(
         36.0, description="`membersync freshness` calls the warehouse stale past this age of its newest night"

@@ -142,13 +142,16 @@ def sync(
     force: Annotated[
         bool, typer.Option("--force", help="re-run a night older than the newest committed one")
     ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for another writer to finish instead of exiting 1")
+    ] = False,
 ) -> None:
     """Sync one night: configuration, discovery, per-client data; land; build reports."""
     from membersync.flows.cli.sync_cli import run_sync_cli
     from membersync.flows.night.interrupt import EXIT_INTERRUPTED, leave_now
 
     night = guarded(lambda: parse_date(date))
-    code = run_sync_cli(night, full=full, progress=progress, force=force)
+    code = run_sync_cli(night, full=full, progress=progress, force=force, wait=wait)
     if code == EXIT_INTERRUPTED:
         leave_now()  # the lock is released and the line said; skip Prefect's slow exit hooks
     raise typer.Exit(code)
@@ -232,12 +235,16 @@ def reports(
     full_refresh: Annotated[
         bool, typer.Option("--full-refresh", help="rebuild every night (default: only the nights not built)")
     ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for another writer to finish instead of exiting 1")
+    ] = False,
 ) -> None:
     """Build the warehouse (the committed nights it lacks) and export the CSVs (no call to the service)."""
     from membersync.flows.cli.reports_cli import run_reports_cli
 
     night = guarded(lambda: parse_date(date))
-    raise typer.Exit(guarded(lambda: run_reports_cli(night, report or None, full_refresh=full_refresh)))
+    build = lambda: run_reports_cli(night, report or None, full_refresh=full_refresh, wait=wait)  # noqa: E731
+    raise typer.Exit(guarded(build))
 
 
 @app.command("report-html")

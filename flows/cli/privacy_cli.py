@@ -49,7 +49,8 @@ def run_forget_cli(
     numbers: list[str], from_file: Path | None, reason: str, dry_run: bool, wait: bool, exact: bool = False
 ) -> int:
     from membersync.warehouse.landing.identity import ErasureKeyError, erasure_key
-    from membersync.warehouse.landing.storage import StoreError, refresh_mirror
+    from membersync.warehouse.landing.remote import refresh_mirror
+    from membersync.warehouse.landing.storage import StoreError
     from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
     from membersync.warehouse.lifecycle import forget as F
     from membersync.warehouse.lifecycle.upkeep import upkeep
@@ -156,7 +157,8 @@ def run_retention_cli(dry_run: bool, wait: bool) -> int:
     from membersync.warehouse.build.builder import build_warehouse
     from membersync.warehouse.build.errors import BuildError
     from membersync.warehouse.landing.identity import ErasureKeyError
-    from membersync.warehouse.landing.storage import StoreError, refresh_mirror
+    from membersync.warehouse.landing.remote import refresh_mirror
+    from membersync.warehouse.landing.storage import StoreError
     from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
     from membersync.warehouse.lifecycle.retention import RetentionRefused, apply_retention, check_clock
     from membersync.warehouse.lifecycle.upkeep import upkeep

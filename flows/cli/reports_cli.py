@@ -23,13 +23,15 @@ from membersync.models.tables import PERSONAL_COLUMNS
 from membersync.warehouse.build.builder import build_warehouse, committed_nights
 from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
 from membersync.warehouse.build.errors import BuildError, BuildInputError
+from membersync.warehouse.exports import open_tables
 from membersync.warehouse.exports.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.exports.morning import write_morning_report
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.identity import ErasureKeyError
 from membersync.warehouse.landing.manifest import ManifestError
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.storage import StoreError, publish_reports, refresh_mirror
+from membersync.warehouse.landing.remote import publish_reports, refresh_mirror
+from membersync.warehouse.landing.storage import StoreError
 from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
 from membersync.warehouse.lifecycle.upkeep import upkeep
 from rich.text import Text
@@ -44,7 +46,9 @@ def _data_dir() -> DataDir:
     return data_dir
 
 
-def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_refresh: bool = False) -> int:
+def run_reports_cli(
+    night: dt.date | None, reports: list[str] | None, *, full_refresh: bool = False, wait: bool = False
+) -> int:
     """Build the warehouse from the landing zone (no call to the service), then export the CSVs.
 
     The build adds the committed nights the warehouse lacks; ``full_refresh`` rebuilds them all.
@@ -63,10 +67,12 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
             )
         # Every writer of the warehouse holds the data dir's lock: a build racing a sync could
         # otherwise publish an older warehouse over the one the sync just built.
-        with LandingZone(data_dir).lock() as zone:
+        with LandingZone(data_dir).lock(wait) as zone:
+            refresh_mirror(data_dir)  # again, under the lock: what was committed before it was taken
             upkeep(zone)  # a data dir of the earlier layout migrated, pending erasures finished
             with nights_progress("building") as progress:
                 result = build_warehouse(data_dir, full_refresh=full_refresh, progress=progress)
+            open_tables.publish_build(data_dir, result)  # the analyst tier as Delta tables
             paths = export_reports(data_dir, night, names)
             published = publish_reports(data_dir, paths)  # s3://: uploaded; else the paths
     except AlreadyRunning as exc:
@@ -74,7 +80,7 @@ def run_reports_cli(night: dt.date | None, reports: list[str] | None, *, full_re
         return 1
     except (ExportError, BuildInputError, ManifestError, ErasureKeyError) as exc:
         raise UsageError(str(exc)) from None
-    except (BuildError, StoreError) as exc:
+    except (BuildError, StoreError, open_tables.OpenTableError) as exc:
         error(str(exc))
         return 1
     if result.built_nights:

@@ -44,7 +44,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def run_sync_cli(
-    night: dt.date | None, full: bool = False, progress: bool = True, force: bool = False
+    night: dt.date | None, full: bool = False, progress: bool = True, force: bool = False, wait: bool = False
 ) -> int:
     from membersync.warehouse.landing.zone import AlreadyRunning
 
@@ -65,7 +65,7 @@ def run_sync_cli(
     logfile.capture_stray_output(log_file, err)
     command = _SyncNight(setup, night, full, log_file, resume_command(night, full))
     try:
-        with setup.lock():
+        with setup.lock(wait):
             outcome = command.run_locked(progress)
     except AlreadyRunning as exc:
         return _fail(f"already running: {exc}", 1)

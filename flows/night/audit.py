@@ -43,7 +43,7 @@ from membersync.models.mask import IdentityMask
 from membersync.warehouse.landing.atomic import write_json_atomic
 from membersync.warehouse.landing.manifest import Manifest
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.storage import refresh_mirror
+from membersync.warehouse.landing.remote import refresh_mirror
 
 AUDITED_TABLES: tuple[str, ...] = (
     "clients",

@@ -58,12 +58,13 @@ class NightContext:
         )
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[Any]:
-        """The data dir's lock for this night: the one the command holds, else taken now."""
+    def lock(self, wait: bool = False) -> Iterator[Any]:
+        """The data dir's lock for this night: the one the command holds, else taken now
+        (``wait``: once its holder, if any, is done)."""
         if self.zone is not None:
             yield self.zone
             return
-        with holding_lock(self.data_dir) as zone:
+        with holding_lock(self.data_dir, wait) as zone:
             self.zone = zone
             try:
                 yield zone

@@ -71,7 +71,7 @@ _held_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def holding_lock(data_dir: DataDir) -> Iterator[Any]:
+def holding_lock(data_dir: DataDir, wait: bool = False) -> Iterator[Any]:
     """The data dir's sync lock, taken once per process; yields the locked ``LandingZone``.
 
     ``membersync sync`` takes the lock *before* it starts Prefect (so a second sync says
@@ -94,7 +94,7 @@ def holding_lock(data_dir: DataDir) -> Iterator[Any]:
                 _held[key] = (zone, depth - 1)
         return
     zone = LandingZone(data_dir)
-    with zone.lock():
+    with zone.lock(wait):
         with _held_guard:
             _held[key] = (zone, 1)
         try:
@@ -454,11 +454,13 @@ class NightRun:
             return
         self.progress.phase("warehouse build")
         from membersync.warehouse.build.builder import build_warehouse
+        from membersync.warehouse.exports import open_tables
         from membersync.warehouse.exports.reports import export_night
-        from membersync.warehouse.landing.storage import refresh_mirror
+        from membersync.warehouse.landing.remote import refresh_mirror
 
         await asyncio.to_thread(refresh_mirror, self.data_dir)  # s3:// location: the committed files
-        await asyncio.to_thread(build_warehouse, self.data_dir)
+        built = await asyncio.to_thread(build_warehouse, self.data_dir)
+        await asyncio.to_thread(open_tables.publish_build, self.data_dir, built)
         exported = await asyncio.to_thread(
             export_night, self.data_dir, self.night_date, stores=self.options.store_reports
         )

@@ -23,7 +23,7 @@ from membersync.models.tables import LANDED_BY_NAME as BY_NAME
 from membersync.warehouse.landing.night import LandingError
 from membersync.warehouse.landing.paths import DataDir
 from membersync.warehouse.landing.storage import ObjectStore, s3_filesystem
-from membersync.warehouse.landing.zone import LandingZone
+from membersync.warehouse.landing.zone import AlreadyRunning, LandingZone
 from nights import TONIGHT as NIGHT
 from reliability import Workspace, inspect
 
@@ -35,7 +35,12 @@ def s3_workspace(root: Path, sandbox: RunningSandbox, location: str, aws: dict[s
         root,
         sandbox.url,
         NIGHT,
-        extra_env={**aws, "MEMBERSYNC_DATA_DIR": location, "MEMBERSYNC_CACHE_DIR": str(root / "work")},
+        extra_env={
+            **aws,
+            "MEMBERSYNC_DATA_DIR": location,
+            "MEMBERSYNC_CACHE_DIR": str(root / "work"),
+            "MEMBERSYNC_LEASE_SECONDS": "3",  # a killed writer's lease ends within 3 s
+        },
     )
 
 
@@ -135,7 +140,7 @@ def test_duckdb_reads_the_bucket_through_a_registered_fsspec_filesystem(
     tmp_root: Path, aws_env: dict[str, str]
 ) -> None:
     from landing_batches import land_night
-    from membersync.warehouse.landing.storage import duckdb_connect
+    from membersync.warehouse.landing.remote import duckdb_connect
 
     location = s3_prefix("duck")
     data_dir = DataDir.remote_location(location, str(tmp_root / "work"))
@@ -168,41 +173,47 @@ def _staged(root: Path, location: str, name: str) -> Any:
 
 
 @pytest.mark.parametrize("round_", range(5))
-def test_two_commits_of_a_night_racing_on_s3_exactly_one_wins(
+def test_two_machines_racing_for_the_lease_exactly_one_writes(
     tmp_root: Path, aws_env: dict[str, str], round_: int
 ) -> None:
+    """Two machines take the location's lease at the same instant: one holds it, the other is
+    told who does (its conditional put of the lease refused), at once."""
     location = s3_prefix(f"race{round_}")
-    writers = [_staged(tmp_root, location, name) for name in ("a", "b")]  # two machines
+    zones = {name: LandingZone(DataDir.remote_location(location, str(tmp_root / name))) for name in "ab"}
     barrier = threading.Barrier(2)
     results: dict[str, Any] = {}
+    release = threading.Event()
 
-    def commit(name: str, night: Any) -> None:
+    def take(name: str) -> None:
         barrier.wait()
         try:
-            results[name] = night.commit(None, 1, {"writer": name})
-        except LandingError as exc:
+            with zones[name].lock():
+                results[name] = zones[name]
+                release.wait(30)
+        except AlreadyRunning as exc:
             results[name] = exc
+            release.set()
 
-    threads = [
-        threading.Thread(target=commit, args=(name, w[2])) for name, w in zip("ab", writers, strict=True)
-    ]
+    threads = [threading.Thread(target=take, args=(name,)) for name in "ab"]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    for _, lock, _ in writers:
-        lock.__exit__(None, None, None)
-    errors = {k: v for k, v in results.items() if isinstance(v, Exception)}
-    wins = {k: v for k, v in results.items() if not isinstance(v, Exception)}
-    assert len(wins) == 1 and len(errors) == 1, results
-    (winner, manifest), (_, error) = next(iter(wins.items())), next(iter(errors.items()))
-    text = str(error)
-    assert f"night {NIGHT} was committed by another writer (run {manifest.run_id}" in text, text
-    assert "not committing" in text
-    current = ObjectStore(DataDir.remote_location(location, str(tmp_root / "probe"))).manifest(NIGHT)
-    assert current is not None and current.run_id == manifest.run_id
-    assert current.stats == {"writer": winner}
+    errors = [v for v in results.values() if isinstance(v, Exception)]
+    assert len(results) == 2 and len(errors) == 1, results
+    assert f"another writer holds {location}: `" in str(errors[0]) and "lease token 1" in str(errors[0])
+    with zones["a"].lock():  # released: the next writer takes it at once (token 2)
+        land_night_here(zones["a"])
     assert_remote_exact(location)
+
+
+def land_night_here(zone: LandingZone) -> None:
+    night = zone.open_night(NIGHT, "full")
+    from landing_batches import members
+
+    tables, quarantine = members(0, 4)
+    night.write_batch("b0", tables, quarantine)
+    night.commit(None, 1, {})
 
 
 def test_a_rerun_replaces_a_committed_night_only_if_nobody_else_did(
@@ -214,17 +225,17 @@ def test_a_rerun_replaces_a_committed_night_only_if_nobody_else_did(
     first = LandingZone(DataDir.remote_location(location, str(tmp_root / "a")))
     land_night(first, NIGHT)
     before = set(remote_keys(location))
-    # a second machine opens a rerun of the committed night (If-Match: the etag it saw) ...
+    # a second machine opens a rerun of the committed night (its base: the manifest's etag) ...
     zone, lock, night = _staged(tmp_root, location, "b")
-    # ... meanwhile the first machine commits the night again
+    lock.__exit__(None, None, None)  # ... is interrupted, and the first machine commits the night again
     land_night(first, NIGHT, first=50)
-    with pytest.raises(LandingError, match="committed by another writer"):
-        night.commit(None, 1, {})
-    lock.__exit__(None, None, None)
+    with zone.lock(), pytest.raises(LandingError, match="committed by another writer"):
+        night.commit(None, 1, {})  # the resumed rerun, under a lease of its own: its base is gone
     # a fresh rerun on the second machine replaces it, and the replaced run's parts go
     land_night(zone, NIGHT, first=200)
     after = set(remote_keys(location))
-    assert not (before & after - {f"landing/_manifests/{NIGHT}.json"}), "replaced parts remain"
+    parts = {k for k in before & after if k.endswith(".parquet")}
+    assert not parts, f"replaced parts remain: {sorted(parts)}"
     assert_remote_exact(location)
 
 
@@ -244,7 +255,7 @@ def test_sigkill_mid_landing_then_rerun_is_exact(
     assert f"landing/_manifests/{NIGHT}.json" not in keys  # nothing committed
     if point == "after_publish":
         assert any(k.endswith(".parquet") for k in keys)  # parts uploaded, no manifest: unseen
-    rerun = ws.sync()
+    rerun = ws.sync([*ws.argv(), "--wait"])  # the killed night's lease ends by itself
     assert rerun.ok, rerun.describe()
     other = analyst(tmp_root, location)
     done = run_reports(ws, location, other.root)

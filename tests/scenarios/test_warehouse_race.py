@@ -54,7 +54,7 @@ def test_reports_while_a_sync_holds_the_lock_waits_its_turn(tmp_path: Path) -> N
         )
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "another sync is running" in lines[0], proc.stderr
+    assert len(lines) == 1 and "another writer is running" in lines[0], proc.stderr
     assert not data_dir.warehouse_db.exists()  # it built nothing
 
 

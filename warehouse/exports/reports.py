@@ -18,7 +18,7 @@ from membersync.extract.settings import Settings
 from membersync.warehouse.exports.export import export_reports, night_stores
 from membersync.warehouse.exports.morning import write_morning_report
 from membersync.warehouse.landing.paths import DataDir
-from membersync.warehouse.landing.storage import publish_reports, remove_reports
+from membersync.warehouse.landing.remote import publish_reports, remove_reports
 
 log = logging.getLogger(__name__)
 

@@ -391,6 +391,7 @@ class Night:
         markers = self._markers()
         _check_complete(self.night, clients_synced, markers)
         try:
+            self.zone.store.hold(f"committing night {self.night}")  # before any upload: fenced out, nothing
             published = self._publish_batches(markers)
             crashpoint("after_publish")
             manifest = Manifest(

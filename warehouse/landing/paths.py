@@ -102,6 +102,17 @@ PLACES: tuple[Place, ...] = (
         "(gone when it ends; a killed one's at the next build)",
     ),
     Place(
+        "lease/pending/",
+        "identified",
+        "with s3://: a write under way through the lease's fence (a manifest, the reports), erased "
+        "once in place",
+    ),
+    Place(
+        "lease/",
+        "none",
+        "with s3://: the writer's lease and its log (machine, pid, command, token; no client data)",
+    ),
+    Place(
         "privacy/",
         "none",
         "the erasure register and retention journal: keyed hashes, surrogate keys, no identity",

@@ -338,5 +338,4 @@ def remove_shard_areas(data_dir: DataDir, relative: str = SHARDS) -> int:
         return count
     from membersync.warehouse.landing.storage import ObjectStore
 
-    store = ObjectStore(data_dir)
-    return store.erase(store.listing(relative))
+    return ObjectStore(data_dir).sweep(relative)  # a staging area: no reader's, so no fence

@@ -21,11 +21,9 @@ it through a :class:`Store`:
     :class:`CommitConflict`. Readers read only the files a manifest names, and the manifest is
     the last object written, so a reader never sees half a night.
 
-The warehouse (DuckDB) is built on local disk, from a local mirror of the committed files
-(:func:`refresh_mirror`): ``DATA_DIR/warehouse.duckdb`` in the working dir, openable by any
-DuckDB client without extensions; the report files are then uploaded (:func:`publish_reports`).
-:func:`duckdb_connect` gives a DuckDB connection that reads the bucket's Parquet directly (an
-fsspec filesystem registered with DuckDB, since httpfs cannot be installed here).
+Every write that changes what a reader of the bucket sees passes the fence of the lease this
+process holds (:mod:`membersync.warehouse.landing.lease`): a writer whose lease was taken over
+writes nothing. The warehouse and the reports of a bucket: :mod:`.remote`.
 
 Credentials come from the standard AWS variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for S3-compatible
@@ -38,8 +36,8 @@ import datetime as dt
 import logging
 import os
 import re
-import shutil
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,6 +49,7 @@ from membersync.warehouse.landing.paths import DataDir
 
 log = logging.getLogger(__name__)
 
+_REFUSED_PUT = ("PreconditionFailed", "ConditionalRequestConflict")  # S3's codes: a condition not met
 _MANIFEST_NAME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.json")
 
 
@@ -60,6 +59,38 @@ class StoreError(RuntimeError):
 
 class CommitConflict(StoreError):
     """Another writer committed the same night first: this run's commit was refused."""
+
+
+class LeaseLost(StoreError):
+    """This process does not hold the data location's lease (never had it, or it was taken
+    over): its write was refused, nothing a reader sees changed."""
+
+
+class Fence(Protocol):
+    """The writer lock this process holds on a data location (:mod:`.lease`)."""
+
+    token: int
+
+    def fenced(
+        self, what: str, intents: Sequence[dict[str, list[str]]] = ()
+    ) -> AbstractContextManager[None]: ...
+
+    def pending_prefix(self) -> str: ...
+
+
+# (data location, working dir) -> the lease this process holds there (a test's "machines" are
+# working dirs of one process)
+_FENCES: dict[tuple[str, str], Fence] = {}
+
+
+def hold_fence(data_dir: DataDir, fence: Fence | None) -> None:
+    """Record (or, with None, forget) the lease this process holds on ``data_dir``'s location:
+    every write of an :class:`ObjectStore` of that location passes its fence."""
+    where = (str(data_dir.remote), str(data_dir.root))
+    if fence is None:
+        _FENCES.pop(where, None)
+    else:
+        _FENCES[where] = fence
 
 
 class Store(Protocol):
@@ -88,6 +119,8 @@ class Store(Protocol):
     def listing(self, prefix: str) -> list[str]: ...
 
     def remove_manifest(self, night: dt.date) -> None: ...
+
+    def hold(self, what: str) -> None: ...
 
 
 def store_for(data_dir: DataDir) -> Store:
@@ -141,6 +174,9 @@ class LocalStore:
     def remove_manifest(self, night: dt.date) -> None:
         """Un-commit a night (retention removes it): its manifest goes, atomically."""
         manifest_path(self.data_dir.manifests, night).unlink(missing_ok=True)
+
+    def hold(self, what: str) -> None:
+        return None  # the flock: the kernel keeps it for as long as this process lives
 
     def listing(self, prefix: str) -> list[str]:
         """Every file under ``prefix`` (relative to the root), as paths relative to the root."""
@@ -260,41 +296,43 @@ class ObjectStore:
     def publish(self, local: Path) -> None:
         """Upload a part the landing zone published locally (same relative name)."""
         relative = local.relative_to(self.data_dir.root).as_posix()
+        self._fence(f"uploading {relative}")  # held by this process (a fenced manifest names it)
         try:
             self.fs.put_file(str(local), self.key(relative))
         except OSError as exc:
             raise StoreError(f"cannot upload {relative} to {self.url}: {_describe(exc)}") from None
 
     def commit_manifest(self, manifest: Manifest, base: str | None) -> None:
-        """Put the manifest only if the night's manifest is still ``base`` (None: still absent)."""
-        name = self._manifest_key(manifest.snapshot_date)
+        """Put the manifest only if the night's manifest is still ``base`` (None: still absent),
+        through the lease's fence (this holder's lease not taken over)."""
+        night = manifest.snapshot_date
+        name = self._manifest_key(night)
+        current = self.manifest_version(night)
+        if current != base:
+            self._refuse_commit(manifest, base, current)
+            return
         body = manifest.to_json().encode()
-        condition = {"IfNoneMatch": "*"} if base is None else {"IfMatch": base}
-        try:
-            self.fs.pipe_file(name, body, **condition)
-        except (FileExistsError, FileNotFoundError, PermissionError, OSError) as exc:
-            # A 412 (or a retried put whose first try got through): whose manifest is there now?
-            try:
-                current = self.manifest(manifest.snapshot_date)
-            except (StoreError, ValueError):
-                current = None
-            if current is not None and current.run_id == manifest.run_id:
-                log.info("night %s: the manifest put was retried; it is ours", manifest.snapshot_date)
-            elif current is not None and current.run_id != manifest.run_id:
-                raise CommitConflict(
-                    f"night {manifest.snapshot_date} was committed by another writer (run "
-                    f"{current.run_id}, at {current.committed_at}) while run {manifest.run_id} was "
-                    f"writing it; not committing (s3://{name} is unchanged; rerun the night to replace it)"
-                ) from None
-            elif base is not None and isinstance(exc, FileNotFoundError):
-                raise CommitConflict(
-                    f"night {manifest.snapshot_date}: its manifest s3://{name} was removed while run "
-                    f"{manifest.run_id} was writing it; not committing"
-                ) from None
-            else:
-                raise StoreError(f"cannot write s3://{name}: {_describe(exc)}") from None
+        self.put_fenced(f"committing night {night} (run {manifest.run_id})", [(self.relative(name), body)])
         # The commit is in the bucket; keep the local mirror in step (readers of this machine).
-        write_file_atomic(manifest_path(self.data_dir.manifests, manifest.snapshot_date), body)
+        write_file_atomic(manifest_path(self.data_dir.manifests, night), body)
+
+    def _refuse_commit(self, manifest: Manifest, base: str | None, current: str | None) -> None:
+        """The night's manifest is not the one this run started from: whose is there now?"""
+        name = self._manifest_key(manifest.snapshot_date)
+        there = self.manifest(manifest.snapshot_date) if current is not None else None
+        if there is not None and there.run_id == manifest.run_id and there.to_json() == manifest.to_json():
+            log.info("night %s: the manifest is already ours", manifest.snapshot_date)
+            return
+        if there is not None:
+            raise CommitConflict(
+                f"night {manifest.snapshot_date} was committed by another writer (run "
+                f"{there.run_id}, at {there.committed_at}) while run {manifest.run_id} was "
+                f"writing it; not committing (s3://{name} is unchanged; rerun the night to replace it)"
+            )
+        raise CommitConflict(
+            f"night {manifest.snapshot_date}: its manifest s3://{name} was removed while run "
+            f"{manifest.run_id} was writing it; not committing"
+        )
 
     def read_doc(self, relative: str) -> tuple[bytes | None, str | None]:
         """A small document of the data location (the erasure register), and its ETag."""
@@ -309,21 +347,20 @@ class ObjectStore:
 
     def write_doc(self, relative: str, data: bytes, base: str | None) -> str | None:
         """Put a document only if it is still ``base`` (None: still absent), like a manifest."""
-        name = self.key(relative)
-        condition = {"IfNoneMatch": "*"} if base is None else {"IfMatch": base}
-        try:
-            self.fs.pipe_file(name, data, **condition)
-        except OSError as exc:
-            raise CommitConflict(
-                f"s3://{name} changed while this command wrote it ({_describe(exc)}); run it again"
-            ) from None
-        _, version = self.read_doc(relative)
-        return version
+        _, current = self.read_doc(relative)
+        if current != base:
+            raise CommitConflict(f"{self.url}/{relative} changed while this command wrote it; run it again")
+        return self.put_fenced(f"writing {relative}", [(relative, data)])[relative]
 
     def erase(self, relative_to_root: Iterable[str]) -> int:
         """Delete objects for good: every version of each, where the bucket keeps versions
         (a versioned bucket's plain delete only hides the object behind a delete marker)."""
         keys = [self.key(r) for r in relative_to_root]
+        if keys:
+            self.hold(f"deleting {len(keys)} object(s) of {self.url}")
+        return self._erase_keys(keys)
+
+    def _erase_keys(self, keys: Sequence[str]) -> int:
         removed = 0
         for name in keys:
             bucket, _, key = name.partition("/")
@@ -339,9 +376,16 @@ class ObjectStore:
         return removed
 
     def remove_manifest(self, night: dt.date) -> None:
-        """Un-commit a night (retention removes it): its manifest object goes (every version),
-        then the mirror's copy."""
-        self.erase([f"landing/_manifests/{night.isoformat()}.json"])
+        """Un-commit a night (retention removes it): its manifest object goes (every version,
+        each named in the lease's fence first), then the mirror's copy."""
+        relative = f"landing/_manifests/{night.isoformat()}.json"
+        bucket, _, key = self.key(relative).partition("/")
+        versions = self._versions(bucket, key)
+        with self._fence(f"removing night {night}").fenced(
+            f"removing night {night}", [{"delete": [relative, v]} for v in versions]
+        ):
+            for version in versions:
+                self.delete_version(relative, version)
         manifest_path(self.data_dir.manifests, night).unlink(missing_ok=True)
 
     def listing(self, prefix: str) -> list[str]:
@@ -402,114 +446,99 @@ class ObjectStore:
         except StoreError as exc:
             log.warning("could not delete %d replaced part(s) in %s: %s", len(relatives), self.url, exc)
 
+    # -- the lease's fence, and the raw operations the lease itself is made of ---------------------
 
-# --- the warehouse and the reports of a remote data location ---------------------------------------
+    def relative(self, name: str) -> str:
+        return name.removeprefix(f"{self.base}/")
 
+    def _fence(self, what: str) -> Fence:
+        fence = _FENCES.get((self.url, str(self.data_dir.root)))
+        if fence is None:
+            raise LeaseLost(f"{what}: refused, this process does not hold the lease of {self.url}")
+        return fence
 
-def refresh_mirror(data_dir: DataDir) -> list[Manifest]:
-    """Bring the local working dir's ``landing/`` in step with the bucket's committed nights.
+    def hold(self, what: str) -> None:
+        """Make sure, with one conditional put, that this process still holds the lease."""
+        with self._fence(what).fenced(what):
+            pass
 
-    Manifests are copied whole (the bucket's set replaces the local one); parts are downloaded
-    once (immutable), only those a manifest names. Returns the manifests. A local data dir: a no-op.
-    """
-    if data_dir.remote is None:
-        return read_manifests(data_dir.manifests)
-    store = ObjectStore(data_dir)
-    manifests = store.manifests()
-    make_dirs(data_dir.manifests)
-    wanted = {f"{m.snapshot_date.isoformat()}.json": m for m in manifests}
-    for path in data_dir.manifests.glob("????-??-??.json"):
-        if path.name not in wanted:
-            path.unlink()
-    downloaded = 0
-    for manifest in manifests:
-        files = [f for t in manifest.tables.values() for f in t.files] + list(manifest.quarantine.files)
-        for relative in files:
-            local = data_dir.landing / relative
-            if local.is_file():
-                continue
-            make_dirs(local.parent, data_dir.root)
-            try:
-                data = store.fs.cat_file(store.key(f"landing/{relative}"))
-            except OSError as exc:
-                raise StoreError(
-                    f"manifest {manifest.snapshot_date} names {relative}, which cannot be read from "
-                    f"{store.url}: {_describe(exc)}"
-                ) from None
-            write_file_atomic(local, data)
-            downloaded += 1
-        path = manifest_path(data_dir.manifests, manifest.snapshot_date)
-        text = manifest.to_json()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            write_file_atomic(path, text.encode())
-    log.info("mirror of %s: %d night(s), %d part(s) downloaded", store.url, len(manifests), downloaded)
-    return manifests
-
-
-def publish_reports(data_dir: DataDir, paths: Sequence[Path]) -> list[str]:
-    """Upload report files written under the working dir's ``reports/`` to the bucket (same
-    relative names); return their URLs. A local data dir: nothing to do, the paths as given.
-
-    A report written again replaces its object, and where the bucket keeps versions the older
-    ones are deleted: a report names clients, and one forgotten since must not stay readable in
-    an old version."""
-    if data_dir.remote is None:
-        return [str(p) for p in paths]
-    store = ObjectStore(data_dir)
-    out = []
-    for path in paths:
-        relative = path.relative_to(data_dir.root).as_posix()
+    def put_fenced(self, what: str, items: Sequence[tuple[str, bytes | Path]]) -> dict[str, str | None]:
+        """Write objects (relative name -> content or a local file) through the lease's fence:
+        staged under the lease's pending prefix, named in the fence, then copied into place.
+        Refused (:class:`LeaseLost`): the staged objects go again and nothing a reader sees changed."""
+        fence = self._fence(what)
+        prefix = fence.pending_prefix()
+        staged = [(f"{prefix}/{relative}", relative) for relative, _ in items]
         try:
-            store.fs.put_file(str(path), store.key(relative))
-            store.purge_old_versions([relative])
+            for (pending, _), (_, content) in zip(staged, items, strict=True):
+                if isinstance(content, Path):
+                    self.fs.put_file(str(content), self.key(pending))
+                else:
+                    self.fs.pipe_file(self.key(pending), content)
+            with fence.fenced(what, [{"copy": [p, r]} for p, r in staged]):
+                return {r: self.copy_and_erase(p, r) for p, r in staged}
+        except LeaseLost:
+            self._erase_keys([self.key(p) for p, _ in staged])
+            raise
         except OSError as exc:
-            raise StoreError(f"cannot upload {relative} to {store.url}: {_describe(exc)}") from None
-        out.append(f"{store.url}/{relative}")
-    return out
+            raise StoreError(f"{what}: cannot write to {self.url}: {_describe(exc)}") from None
 
+    def get(self, relative: str) -> tuple[bytes | None, str | None]:
+        return self.read_doc(relative)
 
-def mirror_reports(data_dir: DataDir) -> int:
-    """Bring every report file of the data location into the working dir (a forget on this
-    machine must find the reports another machine wrote); returns the files downloaded. A local
-    data dir: nothing to do."""
-    if data_dir.remote is None:
-        return 0
-    store = ObjectStore(data_dir)
-    downloaded = 0
-    for relative in store.listing("reports"):
+    def put(self, relative: str, data: bytes) -> None:
+        self.fs.pipe_file(self.key(relative), data)
+
+    def put_if(self, relative: str, data: bytes, base: str | None) -> str | None:
+        """A conditional put (None: absent); the new ETag, or None when the object is not ``base``."""
+        condition = {"IfNoneMatch": "*"} if base is None else {"IfMatch": base}
+        bucket, _, key = self.key(relative).partition("/")
         try:
-            data = store.fs.cat_file(store.key(relative))
+            out = self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+        except (FileExistsError, FileNotFoundError, PermissionError) as exc:
+            log.debug("conditional put of %s refused: %s", relative, _describe(exc))
+            return None
+        except OSError as exc:
+            code = getattr(exc.__cause__, "response", {}).get("Error", {}).get("Code", "")
+            if code in _REFUSED_PUT or "pre-conditions you specified did not hold" in str(exc):
+                return None
+            raise StoreError(f"cannot write {self.url}/{relative}: {_describe(exc)}") from None
+        return str(out.get("ETag"))
+
+    def copy_and_erase(self, pending: str, relative: str) -> str | None:
+        """Copy a pending object into place, then erase it (every version); None when it is gone
+        (carried out already, by this holder or the next)."""
+        bucket, _, key = self.key(relative).partition("/")
+        _, _, source = self.key(pending).partition("/")
+        try:
+            out = self.fs.call_s3(
+                "copy_object", Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": source}
+            )
         except FileNotFoundError:
-            continue  # only older versions or a delete marker: erased below, with every version
-        except OSError as exc:
-            raise StoreError(f"cannot read {relative} from {store.url}: {_describe(exc)}") from None
-        local = data_dir.root / relative
-        if local.is_file() and local.read_bytes() == data:
-            continue
-        make_dirs(local.parent, data_dir.root)
-        write_file_atomic(local, data)
-        downloaded += 1
-    return downloaded
+            return None
+        self._erase_keys([self.key(pending)])
+        return str(out.get("CopyObjectResult", {}).get("ETag") or "") or None
 
+    def delete_version(self, relative: str, version: str) -> None:
+        bucket, _, key = self.key(relative).partition("/")
+        try:
+            self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=version)
+        except FileNotFoundError:
+            return
 
-def remove_reports(data_dir: DataDir, night: str) -> int:
-    """Delete a night's report folder for good: in the data location (every version) and the
-    working dir. Returns the objects (or files) deleted."""
-    folder = f"reports/{night}"
-    store = store_for(data_dir)
-    erased = store.erase(store.listing(folder)) if data_dir.remote is not None else 0
-    local = data_dir.root / folder
-    count = sum(1 for p in local.rglob("*") if p.is_file()) if local.is_dir() else 0
-    shutil.rmtree(local, ignore_errors=True)
-    return erased + count
+    def drop_older_versions(self, relative: str, etag: str) -> None:
+        """Keep only the newest version of a small object rewritten often (the lease)."""
+        bucket, _, key = self.key(relative).partition("/")
+        page = self.fs.call_s3("list_object_versions", Bucket=bucket, Prefix=key)
+        for item in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+            if (
+                item.get("Key") == key
+                and not item.get("IsLatest")
+                and item.get("VersionId") not in (None, "null")
+            ):
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=item["VersionId"])
 
-
-def duckdb_connect(data_dir: DataDir, database: str = ":memory:") -> Any:
-    """A DuckDB connection that reads ``s3://`` paths of the data location through fsspec
-    (``SELECT * FROM read_parquet('s3://bucket/prefix/landing/...')``)."""
-    import duckdb
-
-    con = duckdb.connect(database)
-    if data_dir.remote is not None:
-        con.register_filesystem(s3_filesystem())
-    return con
+    def sweep(self, prefix: str) -> int:
+        """Erase every object under ``prefix`` (every version), needing no lease: staging no
+        reader reads (a shard area, what a writer refused by the fence left)."""
+        return self._erase_keys([self.key(r) for r in self.listing(prefix)])

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -56,6 +54,8 @@ from membersync.warehouse.landing.atomic import (
     make_dirs,
     write_bytes_atomic,
 )
+from membersync.warehouse.landing.lease import AlreadyRunning as AlreadyRunning  # raised by lock()
+from membersync.warehouse.landing.lease import FileLock, Lease, WriterLock
 from membersync.warehouse.landing.manifest import (
     Manifest,
 )
@@ -74,17 +74,13 @@ from membersync.warehouse.landing.night import (
 )
 from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE, QUARANTINE_DIR, DataDir
 from membersync.warehouse.landing.rewrite import TableRewrite
-from membersync.warehouse.landing.storage import store_for
+from membersync.warehouse.landing.storage import hold_fence, store_for
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["full", "incremental"]
 MODES: tuple[str, ...] = ("full", "incremental")
 _NIGHT_DIR = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-
-
-class AlreadyRunning(LandingError):
-    """Another sync holds the data dir's lock."""
 
 
 @dataclass(frozen=True)
@@ -139,51 +135,47 @@ class LandingZone:
         self.data_dir = data_dir
         self.store = store_for(data_dir)  # where published files and manifests live
         self.erasure_key_file = erasure_key_file  # MEMBERSYNC_ERASURE_KEY_FILE (warehouse.identity)
-        self._lock_fd: int | None = None
+        self._writer: WriterLock | None = None
 
     # -- locking ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def lock(self, wait: bool = False) -> Iterator[LandingZone]:
-        """Hold ``DATA_DIR/.lock`` (flock); raise :class:`AlreadyRunning` at once when another
-        process holds it, or with ``wait``, wait until it is free."""
+        """Hold the data location's writer lock (:mod:`.lease`: the flock of a local data dir,
+        the lease of a bucket); raise :class:`AlreadyRunning` at once, naming its holder, when
+        another writer holds it, or with ``wait``, wait until it is free."""
         self._ensure_root()
-        path = self.data_dir.lock_file
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        writer = self._writer_lock()
+        writer.acquire(wait)
+        if isinstance(writer, Lease):
+            hold_fence(self.data_dir, writer)
         try:
-            os.fchmod(fd, FILE_MODE)
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_pid(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise AlreadyRunning(
-                    f"another sync is running on {self.data_dir.root} (pid {holder or 'unknown'})"
-                ) from None
-            raise LandingError(f"cannot lock {path}: {_describe(exc)}") from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            self._lock_fd = fd
+            self._writer = writer
             yield self
         finally:
-            self._lock_fd = None
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            self._writer = None
+            if self.data_dir.remote is not None:
+                hold_fence(self.data_dir, None)
+            writer.release()
+
+    def _writer_lock(self) -> WriterLock:
+        if self.data_dir.remote is None:
+            return FileLock(self.data_dir.lock_file, str(self.data_dir.root), FILE_MODE)
+        from membersync.extract.settings import Settings
+
+        return Lease(self.store, self.data_dir.remote, Settings.load().lease_seconds)
 
     @property
     def locked(self) -> bool:
-        return self._lock_fd is not None
+        return self._writer is not None
 
     def _require_lock(self, what: str) -> None:
-        if self._lock_fd is None:
+        if self._writer is None:
             raise LandingError(f"{what} needs the data dir's lock: call it inside `with zone.lock():`")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        if self._lock_fd is not None:
+        if self._writer is not None:
             yield
         else:
             with self.lock():
@@ -472,19 +464,6 @@ def awaiting_sweep_file(data_dir: DataDir) -> Path:
     """The identity files a build kept for readers of the catalog it replaced (a JSON list of
     paths relative to the data dir); the next build's sweep removes them."""
     return data_dir.state_file.parent / "identity_awaiting_sweep.json"
-
-
-def _read_pid(fd: int) -> str | None:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    return text if text.isdigit() else None
-
-
-# Records of a saved discovery serialized at a time. Copied and serialized all at once, the
-# records of a 100,000-client night took ~35 MB more at its peak (measured), and a process
-# keeps most of such a peak resident for the rest of the night.
 
 
 def _name(path: Path) -> str:

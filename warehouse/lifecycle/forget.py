@@ -57,9 +57,9 @@ from membersync.warehouse.landing.identity import (
     write_register,
 )
 from membersync.warehouse.landing.manifest import Manifest
+from membersync.warehouse.landing.remote import mirror_reports
 from membersync.warehouse.landing.rewrite import TableRewrite
 from membersync.warehouse.landing.shard_area import remove_shard_areas
-from membersync.warehouse.landing.storage import mirror_reports
 from membersync.warehouse.landing.zone import sweep_personal_files
 
 log = logging.getLogger(__name__)

@@ -368,7 +368,9 @@ def test_a_second_sync_fails_at_once_naming_the_holder(zone: LandingZone) -> Non
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(AlreadyRunning) as caught, zone.lock():
             pass
-        assert str(caught.value) == f"another sync is running on {zone.data_dir.root} (pid {holder.pid})"
+        text = str(caught.value)
+        assert text.startswith(f"another writer is running on {zone.data_dir.root}: `"), text
+        assert f", pid {holder.pid}, since " in text, text
         with pytest.raises(AlreadyRunning):
             zone.recover()  # recovery, too, waits for no one
     finally:
