@@ -31,6 +31,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +128,15 @@ def publish_build(data_dir: DataDir, result: BuildResult) -> Published:
     """Publish what a build changed (nothing when it built no night, or ``MEMBERSYNC_OPEN_TABLES=off``)."""
     if not enabled() or not result.built_nights:
         return Published(0, 0)
-    return publish_nights(data_dir, result.built_nights, whole=result.full_refresh)
+    started = time.perf_counter()
+    published = publish_nights(data_dir, result.built_nights, whole=result.full_refresh)
+    log.info(
+        "open tables: %d table(s), %d commit(s) in %.2f s",
+        published.tables,
+        published.commits,
+        time.perf_counter() - started,
+    )
+    return published
 
 
 def publish_nights(data_dir: DataDir, nights: Sequence[dt.date], *, whole: bool = False) -> Published:
@@ -145,7 +154,6 @@ def publish_nights(data_dir: DataDir, nights: Sequence[dt.date], *, whole: bool 
                 commits += _publish_table(con, table, where, nights, whole or not exists)
             except Exception as exc:  # delta-rs raises its own errors and OSError alike
                 raise OpenTableError(f"cannot publish {where.uri}: {exc.__class__.__name__}: {exc}") from None
-    log.info("open tables: %d table(s), %d commit(s)", len(tables), commits)
     return Published(len(tables), commits)
 
 

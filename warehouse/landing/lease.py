@@ -221,13 +221,22 @@ class Lease:
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._waited = 0.0
         self._open: list[Intent] = []  # the intents of the fenced write under way, if any
+        self.spent = 0.0  # seconds of this process in the lease's own requests and the fence's copies
+        self.fences = 0
 
     # -- acquiring and releasing ------------------------------------------------------------------
 
     def acquire(self, wait: bool = False) -> None:
         """Take the lease, or raise :class:`AlreadyRunning` naming its holder (``wait``: poll
         until it is released or expires)."""
+        started = time.perf_counter()
+        self._acquire(wait)
+        self.spent += time.perf_counter() - started - self._waited
+
+    def _acquire(self, wait: bool) -> None:
+        self._waited = 0.0
         while True:
             data, etag = self.objects.get(LEASE)
             previous = LeaseDoc.from_json(data, f"{self.url}/{LEASE}") if data is not None else None
@@ -239,6 +248,7 @@ class Lease:
                         "--wait waits for it"
                     )
                 time.sleep(POLL_SECONDS)
+                self._waited += POLL_SECONDS
                 continue
             if self._take(previous, etag):
                 break
@@ -270,6 +280,18 @@ class Lease:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
+        started = time.perf_counter()
+        self._release()
+        self.spent += time.perf_counter() - started
+        log.info(
+            "lease of %s (token %d): %d fenced write(s), %.2f s in its requests and the fence's copies",
+            self.url,
+            self.token,
+            self.fences,
+            self.spent,
+        )
+
+    def _release(self) -> None:
         with self._mutex:
             if self.doc is None or self._lost:
                 return
@@ -297,8 +319,19 @@ class Lease:
             except Exception as exc:  # a network error: try again at the next tick, until expiry
                 log.warning("lease of %s not renewed (%s); trying again", self.url, exc.__class__.__name__)
 
+    def charge(self, seconds: float) -> None:
+        """Count time a fenced write spent beyond the write itself (its staging, its copies)."""
+        self.spent += seconds
+
     def _swap(self, intents: list[Intent], what: str) -> None:
         """Rewrite the lease conditionally on the ETag this holder last wrote (the fence)."""
+        started = time.perf_counter()
+        try:
+            self._swap_now(intents, what)
+        finally:
+            self.spent += time.perf_counter() - started
+
+    def _swap_now(self, intents: list[Intent], what: str) -> None:
         with self._mutex:
             if self._lost:
                 raise LeaseLost(f"{what}: refused, {self._lost}")
@@ -324,13 +357,11 @@ class Lease:
     def fenced(self, what: str, intents: Sequence[Intent] = ()) -> Iterator[None]:
         """Pass the fence for ``what`` (naming its ``intents``), then let the caller make them."""
         self._swap(list(intents), what)
-        log.info(
-            "fenced write under lease token %d (seq %d): %s",
-            self.token,
-            self.doc.seq if self.doc else -1,
-            what,
-        )
+        self.fences += 1
+        self._open = list(intents)
+        log.info("fenced write, lease token %d: %s", self.token, what)
         yield
+        self._open = []  # done: the next renewal no longer names them
 
     def pending_prefix(self) -> str:
         """Where this holder's next fenced write stages its objects."""
