@@ -35,6 +35,11 @@ with its command and commit: docs/benchmarks.md (earlier ones: ``git log``).
 
       python -m membersync.flows.benchmarks.coerce [--clients N] [--per-client K] [--batch B]
 
+- :mod:`.s3_night`: two nights on S3 (moto) with the lease and the Delta publication: what
+  each adds to a night's wall time, and the published bytes against the landed::
+
+      python -m membersync.flows.benchmarks.s3_night --clients 10000
+
 - :mod:`.refresh`: a full refresh of a landed history in bounded memory (``MEMBERSYNC_BUILD_MEMORY``,
   optionally in a memory cgroup): wall time, peak RSS, batches, the reports compared byte for byte::
 

@@ -12,7 +12,7 @@ some wait for the lease (``--wait``), some are told who holds it (exit 1). After
 - **a forgotten client is in no object of any version** of the bucket (the control still is);
 - **no committed night was lost**.
 
-``MEMBERSYNC_CHAOS_ROUNDS`` (default 2 in the suite; the issue's figure, 20, by hand: docs/object-storage.md) sets the rounds.
+``MEMBERSYNC_CHAOS_ROUNDS`` sets the rounds (default 2 in the suite; the issue asks 20, run by hand).
 """
 
 from __future__ import annotations
