@@ -42,7 +42,7 @@ from membersync.warehouse.build.builder import BuildResult
 from membersync.warehouse.build.catalog import LATEST, NIGHTLY
 from membersync.warehouse.build.memory import bound_connection
 from membersync.warehouse.build.project import Model, load_models
-from membersync.warehouse.landing.paths import DataDir
+from membersync.warehouse.landing.paths import DIR_MODE, FILE_MODE, DataDir
 from membersync.warehouse.landing.storage import store_for
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ def publish_build(data_dir: DataDir, result: BuildResult) -> Published:
         return Published(0, 0)
     started = time.perf_counter()
     published = publish_nights(data_dir, result.built_nights, whole=result.full_refresh)
+    owner_only(data_dir)
     log.info(
         "open tables: %d table(s), %d commit(s) in %.2f s",
         published.tables,
@@ -230,6 +231,7 @@ def remove_nights(data_dir: DataDir, removed: Sequence[dt.date]) -> Published:
                 delta.delete(f"{table.night_column} in ({listed})")
                 commits += 1
             _forget_history(DeltaTable(where.uri, storage_options=where.options))
+    owner_only(data_dir)
     return Published(len(open_tables()), commits)
 
 
@@ -257,6 +259,20 @@ def _warehouse(data_dir: DataDir) -> Iterator[Any]:
 def _rows(con: Any, name: str, where: str | None = None, params: list[Any] | None = None) -> pa.Table:
     sql = f"select * from {name}" + (f" where {where}" if where else "")
     return con.execute(sql, params or []).to_arrow_table()  # one copy, as Arrow
+
+
+def owner_only(data_dir: DataDir) -> None:
+    """delta-rs writes with the umask: a local data dir's tables are made owner-only, as
+    everything under the data dir is (folders 0700, files 0600)."""
+    root = data_dir.root / DELTA
+    if data_dir.remote is not None or not root.is_dir():
+        return
+    os.chmod(root, DIR_MODE)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), DIR_MODE)
+        for name in files:
+            os.chmod(os.path.join(folder, name), FILE_MODE)
 
 
 def _fence(data_dir: DataDir, what: str) -> None:
