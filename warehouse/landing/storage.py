@@ -534,15 +534,7 @@ class ObjectStore:
 
     def drop_older_versions(self, relative: str, etag: str) -> None:
         """Keep only the newest version of a small object rewritten often (the lease)."""
-        bucket, _, key = self.key(relative).partition("/")
-        page = self.fs.call_s3("list_object_versions", Bucket=bucket, Prefix=key)
-        for item in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-            if (
-                item.get("Key") == key
-                and not item.get("IsLatest")
-                and item.get("VersionId") not in (None, "null")
-            ):
-                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=item["VersionId"])
+        self.purge_old_versions([relative])
 
     def sweep(self, prefix: str) -> int:
         """Erase every object under ``prefix`` (every version), needing no lease: staging no
