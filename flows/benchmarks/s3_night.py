@@ -4,7 +4,9 @@ moto's S3 server (a real HTTP endpoint, its own process) with versioning on, the
 loopback, and two real nights (``membersync sync``, Prefect off, a child process each: the first
 full, the second incremental). From each night's own log: the seconds spent in the lease's
 requests and the fence's copies (logged at its release) and in the Delta publication (logged
-after the build); from the bucket, the bytes under ``delta/`` against those under ``landing/``::
+after the build); from the bucket, the bytes under ``delta/`` against those under ``landing/``;
+and the floor any publication with a commit per table has here: as many one-row delta-rs
+appends, :data:`TABLES_AT_ONCE` at a time, to tables of the same bucket::
 
     python -m membersync.flows.benchmarks.s3_night --clients 10000
 
@@ -23,11 +25,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from membersync.extract.sandbox.running import start_in_thread
 from membersync.extract.sandbox.server import SandboxConfig
 from membersync.flows.console import out
+from membersync.warehouse.exports.open_tables import TABLES_AT_ONCE
 from membersync.warehouse.landing.storage import s3_filesystem
 
 BUCKET = "membersync-bench"
@@ -84,6 +88,23 @@ def _bytes(prefix: str) -> int:
     )
 
 
+def _ideal_commits(commits: int) -> float:
+    """Seconds for ``commits`` one-row appends to as many existing Delta tables on the bucket."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    options = {"AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"], "AWS_ALLOW_HTTP": "true"}
+    options["AWS_REGION"] = os.environ["AWS_DEFAULT_REGION"]
+    row = pa.table({"night": [dt.date.today()], "value": [1]})
+    uris = [f"s3://{BUCKET}/ideal/t{n}" for n in range(commits)]
+    for uri in uris:
+        write_deltalake(uri, row, storage_options=options)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(TABLES_AT_ONCE) as pool:
+        list(pool.map(lambda uri: write_deltalake(uri, row, mode="append", storage_options=options), uris))
+    return time.perf_counter() - started
+
+
 def run(clients: int) -> int:
     with tempfile.TemporaryDirectory(prefix="membersync-s3-bench-") as tmp:
         port = _free_port()
@@ -117,6 +138,7 @@ def run(clients: int) -> int:
         finally:
             sandbox.stop()
         landed, published = _bytes(f"{BUCKET}/tenant/landing"), _bytes(f"{BUCKET}/tenant/delta")
+        floor = _ideal_commits(int(rows[0][1]["commits"]))
         moto.terminate()
     for night, f in rows:
         out.print(
@@ -125,6 +147,11 @@ def run(clients: int) -> int:
             f"({f['commits']:.0f} commits, {100 * f['open_s'] / f['wall']:.1f} %)",
             soft_wrap=True,
         )
+    out.print(
+        f"floor: {rows[0][1]['commits']:.0f} one-row commits, {TABLES_AT_ONCE} at once: {floor:.2f} s "
+        f"({100 * floor / rows[0][1]['wall']:.1f} % of the first night)",
+        soft_wrap=True,
+    )
     out.print(f"bytes: landing/ {landed:,}, delta/ {published:,} ({100 * published / max(landed, 1):.0f} %)")
     return 0
 

@@ -179,6 +179,8 @@ def test_a_write_the_fence_accepted_is_finished_by_the_next_holder_and_a_late_co
         assert second.token == first.token + 1
         assert first_store.copy_and_erase(pending, "state/doc.json") is None  # the late copy
         assert not second_store.listing(PENDING)
+        with pytest.raises(LeaseLost, match=r"parts: refused, the lease of .* \(token 1\) was taken over"):
+            first_store.hold("parts")  # the check before writes that need no intents
         with pytest.raises(LeaseLost, match=r"refused, the lease of .* \(token 1\) was taken over"):
             first_store.write_doc("state/other.json", b"late", None)
         assert second_store.get("state/other.json")[0] is None
@@ -217,3 +219,27 @@ def test_wait_takes_the_lease_when_its_holder_releases_it(aws_env: dict[str, str
     thread.join(30)
     assert took and took[0] >= released
     assert [e["token"] for e in lease_log(location)] == [1, 2]  # the refused try took no token
+
+
+def test_the_check_before_parts_reads_the_lease_and_refuses_a_holder_taken_over(
+    aws_env: dict[str, str],
+) -> None:
+    """``hold`` (before a night's parts, before each Delta commit) is one read of the lease's ETag
+    while renewals are on time: a machine whose clock runs 100 s ahead takes the lease over
+    early, and the first holder, its own renewal not yet due, is refused by that read alone."""
+    location = versioned_location("verify")
+    first_store, second_store = _store(location, "a"), _store(location, "b")
+    first = Lease(first_store, location, 30.0)
+    first.acquire()
+    hold_fence(first_store.data_dir, first)
+    try:
+        first_store.hold("parts")  # still ours: passes, with no write
+        assert first.fences == 0
+        second = Lease(second_store, location, 30.0, clock=lambda: time.time() + 100)
+        second.acquire()
+        with pytest.raises(LeaseLost, match=r"parts: refused, .* \(token 1\) was taken over .* \(token 2\)"):
+            first_store.hold("parts")
+        second.release()
+    finally:
+        hold_fence(first_store.data_dir, None)
+        first.release()

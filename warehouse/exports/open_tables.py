@@ -21,8 +21,8 @@ A full refresh, or a table not published yet, is overwritten whole (one commit).
 (:func:`remove_nights`) deletes the removed nights' rows, overwrites the other tables with what
 the warehouse holds after it (an event first fetched on a removed night is carried, not dropped), then
 vacuums with a retention of zero and drops the log before it: no version left reads a removed night.
-On ``s3://`` every table's commit first passes the lease's fence (a writer whose lease was taken
-over publishes nothing more).
+On ``s3://`` every table's commit first checks the lease is still this writer's (one read of it:
+a writer whose lease was taken over publishes nothing more); tables are published eight at a time.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 DELTA = "delta"  # the folder of the data location holding the tables
 NIGHT_COLUMNS = ("snapshot_date", "as_of_date")  # a model's night, the first of these in its key
 PUBLISHED_LAYERS = ("marts", "reports")  # the analyst tier's models; staging and identity are not
+TABLES_AT_ONCE = 8  # tables published at once (threads: delta-rs and DuckDB release the GIL)
+STREAM_ROWS = 100_000  # a whole table goes to delta-rs as a stream of batches this long
 _DROP_HISTORY = {"delta.logRetentionDuration": "interval 0 seconds"}
 _KEEP_HISTORY = {"delta.logRetentionDuration": "interval 30 days"}  # Delta's default
 
@@ -144,18 +147,42 @@ def publish_nights(data_dir: DataDir, nights: Sequence[dt.date], *, whole: bool 
     """Publish what a build of ``nights`` changed (``whole``: every table whole)."""
     from deltalake import DeltaTable
 
-    commits = 0
+    def write(cursor: Any, table: OpenTable, where: Where) -> int:
+        exists = DeltaTable.is_deltatable(where.uri, storage_options=where.options)
+        return _publish_table(cursor, table, where, nights, whole or not exists)
+
     tables = open_tables()
     with _warehouse(data_dir) as con:
-        for table in tables:
-            where = Where(table_uri(data_dir, table.name), storage_options(data_dir))
-            _fence(data_dir, f"publishing the open table {table.name}")
-            exists = DeltaTable.is_deltatable(where.uri, storage_options=where.options)
-            try:
-                commits += _publish_table(con, table, where, nights, whole or not exists)
-            except Exception as exc:  # delta-rs raises its own errors and OSError alike
-                raise OpenTableError(f"cannot publish {where.uri}: {exc.__class__.__name__}: {exc}") from None
-    return Published(len(tables), commits)
+        commits = _each_table(data_dir, con, tables, "publishing", write)
+    return Published(len(tables), sum(commits))
+
+
+Write = Callable[[Any, OpenTable, Where], int]  # (a DuckDB cursor, a table, where) -> its commits
+
+
+def _each_table(data_dir: DataDir, con: Any, tables: list[OpenTable], verb: str, write: Write) -> list[int]:
+    """``write(cursor, table, where)`` for every table, :data:`TABLES_AT_ONCE` at a time (a commit
+    is a few round trips, mostly waiting on the store); each first checks the lease is still held."""
+
+    def one(table: OpenTable) -> int:
+        where = Where(table_uri(data_dir, table.name), storage_options(data_dir))
+        _fence(data_dir, f"{verb} the open table {table.name}")
+        cursor = con.cursor()  # a DuckDB connection serves one thread; a cursor is its own
+        try:
+            return write(cursor, table, where)
+        except Exception as exc:  # delta-rs raises its own errors and OSError alike
+            raise OpenTableError(f"cannot publish {where.uri}: {exc.__class__.__name__}: {exc}") from None
+        finally:
+            cursor.close()
+
+    with ThreadPoolExecutor(TABLES_AT_ONCE, thread_name_prefix="open-tables") as pool:
+        futures = [pool.submit(one, table) for table in tables]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()  # the first failure ends the publication; what started finishes
+            raise
 
 
 def _publish_table(con: Any, table: OpenTable, where: Where, nights: Sequence[dt.date], whole: bool) -> int:
@@ -171,7 +198,7 @@ def _overwrite(con: Any, table: OpenTable, where: Where) -> int:
     from deltalake import write_deltalake
 
     partition = [table.night_column] if table.night_column else None
-    rows = _rows(con, table.name)
+    rows = con.execute(f"select * from {table.name}").to_arrow_reader(STREAM_ROWS)  # bounded memory
     write_deltalake(
         where.uri,
         rows,
@@ -214,25 +241,26 @@ def remove_nights(data_dir: DataDir, removed: Sequence[dt.date]) -> Published:
     then vacuum (retention zero) and drop the log before, so that no version reads them."""
     from deltalake import DeltaTable
 
+    listed = ", ".join(f"'{d.isoformat()}'" for d in sorted(removed))
+
+    def write(cursor: Any, table: OpenTable, where: Where) -> int:
+        if not DeltaTable.is_deltatable(where.uri, storage_options=where.options):
+            return 0
+        if table.night_column is None:  # events, current state: as the warehouse holds them now
+            commits = _overwrite(cursor, table, where)
+        else:
+            DeltaTable(where.uri, storage_options=where.options).delete(f"{table.night_column} in ({listed})")
+            commits = 1
+        _forget_history(DeltaTable(where.uri, storage_options=where.options))
+        return commits
+
     if not removed or not enabled():
         return Published(0, 0)
-    commits = 0
+    tables = open_tables()
     with _warehouse(data_dir) as con:
-        for table in open_tables():
-            where = Where(table_uri(data_dir, table.name), storage_options(data_dir))
-            _fence(data_dir, f"removing nights from the open table {table.name}")
-            if not DeltaTable.is_deltatable(where.uri, storage_options=where.options):
-                continue
-            if table.night_column is None:  # events, current state: as the warehouse holds them now
-                commits += _overwrite(con, table, where)
-            else:
-                listed = ", ".join(f"'{d.isoformat()}'" for d in sorted(removed))
-                delta = DeltaTable(where.uri, storage_options=where.options)
-                delta.delete(f"{table.night_column} in ({listed})")
-                commits += 1
-            _forget_history(DeltaTable(where.uri, storage_options=where.options))
+        commits = _each_table(data_dir, con, tables, "removing nights from", write)
     owner_only(data_dir)
-    return Published(len(open_tables()), commits)
+    return Published(len(tables), sum(commits))
 
 
 def _forget_history(table: Any) -> None:

@@ -223,7 +223,11 @@ class Lease:
         self._renewer: threading.Thread | None = None
         self._waited = 0.0
         self._open: list[Intent] = []  # the intents of the fenced write under way, if any
-        self.spent = 0.0  # seconds of this process in the lease's own requests and the fence's copies
+        # seconds the command's own thread spent in the lease's requests and the fence's copies:
+        # what the lease adds to its wall time (renewals run beside it; a publication's parallel
+        # checks are inside the publication's own time)
+        self.spent = 0.0
+        self._owner: int | None = None
         self.fences = 0
 
     # -- acquiring and releasing ------------------------------------------------------------------
@@ -232,8 +236,9 @@ class Lease:
         """Take the lease, or raise :class:`AlreadyRunning` naming its holder (``wait``: poll
         until it is released or expires)."""
         started = time.perf_counter()
+        self._owner = threading.get_ident()
         self._acquire(wait)
-        self.spent += time.perf_counter() - started - self._waited
+        self._count(time.perf_counter() - started - self._waited)
 
     def _acquire(self, wait: bool) -> None:
         self._waited = 0.0
@@ -282,7 +287,7 @@ class Lease:
             self._renewer.join()
         started = time.perf_counter()
         self._release()
-        self.spent += time.perf_counter() - started
+        self._count(time.perf_counter() - started)
         log.info(
             "lease of %s (token %d): %d fenced write(s), %.2f s in its requests and the fence's copies",
             self.url,
@@ -321,7 +326,11 @@ class Lease:
 
     def charge(self, seconds: float) -> None:
         """Count time a fenced write spent beyond the write itself (its staging, its copies)."""
-        self.spent += seconds
+        self._count(seconds)
+
+    def _count(self, seconds: float) -> None:
+        if threading.get_ident() == self._owner:
+            self.spent += seconds
 
     def _swap(self, intents: list[Intent], what: str) -> None:
         """Rewrite the lease conditionally on the ETag this holder last wrote (the fence)."""
@@ -329,7 +338,7 @@ class Lease:
         try:
             self._swap_now(intents, what)
         finally:
-            self.spent += time.perf_counter() - started
+            self._count(time.perf_counter() - started)
 
     def _swap_now(self, intents: list[Intent], what: str) -> None:
         with self._mutex:
@@ -352,6 +361,25 @@ class Lease:
                 raise LeaseLost(f"{what}: refused, {self._lost}")
             self.doc, self._etag = doc, etag
             self.objects.drop_older_versions(LEASE, etag)
+
+    def verify(self, what: str) -> None:
+        """Check, with one read of the lease's ETag, that no one took it over: before writes that
+        need no intents (a night's parts, which only its fenced manifest makes visible; a Delta
+        commit, delta-rs's own conditional put).
+        A renewal overdue (this process was paused: under half its time left) passes the fence
+        instead, which renews it."""
+        with self._mutex:
+            etag, doc, lost = self._etag, self.doc, self._lost
+        if lost or doc is None or self.clock() > doc.expires_at - self.ttl / 2:
+            self._swap(list(self._open), what)
+            return
+        started = time.perf_counter()
+        now = self.objects.etag(LEASE)
+        self._count(time.perf_counter() - started)
+        with self._mutex:
+            if now in (etag, self._etag):  # ours, or a renewal of ours meanwhile
+                return
+        self._swap(list(self._open), what)  # the swap names who took it over, and refuses
 
     @contextlib.contextmanager
     def fenced(self, what: str, intents: Sequence[Intent] = ()) -> Iterator[None]:

@@ -80,6 +80,8 @@ class Fence(Protocol):
 
     def charge(self, seconds: float) -> None: ...
 
+    def verify(self, what: str) -> None: ...
+
 
 # (data location, working dir) -> the lease this process holds there (a test's "machines" are
 # working dirs of one process)
@@ -461,9 +463,8 @@ class ObjectStore:
         return fence
 
     def hold(self, what: str) -> None:
-        """Make sure, with one conditional put, that this process still holds the lease."""
-        with self._fence(what).fenced(what):
-            pass
+        """Make sure, with one read of the lease, that this process still holds it."""
+        self._fence(what).verify(what)
 
     def put_fenced(self, what: str, items: Sequence[tuple[str, bytes | Path]]) -> dict[str, str | None]:
         """Write objects (relative name -> content or a local file) through the lease's fence:
@@ -531,6 +532,16 @@ class ObjectStore:
             self.fs.call_s3("delete_object", Bucket=bucket, Key=key, VersionId=version)
         except FileNotFoundError:
             return
+
+    def etag(self, relative: str) -> str | None:
+        """The ETag of an object (None: absent), with one HEAD."""
+        try:
+            info = self.fs.info(self.key(relative))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read s3://{self.key(relative)}: {_describe(exc)}") from None
+        return str(info.get("ETag") or info.get("etag") or "") or None
 
     def drop_older_versions(self, relative: str, etag: str) -> None:
         """Keep only the newest version of a small object rewritten often (the lease)."""
