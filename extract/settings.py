@@ -124,6 +124,41 @@ def _http_url(value: str | None) -> str | None:
     return value.rstrip("/")
 
 
+def _postgres_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError("must be a postgresql:// URL such as postgresql://membersync@db.example/warehouse")
+    if parts.password is not None or "password=" in parts.query.lower():
+        raise ValueError("must not carry a password: use PGPASSWORD, ~/.pgpass or a libpq service file")
+    return value
+
+
+_ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def parse_store_roles(value: Any) -> Any:
+    """``north_managers=S01,S02; south=S03`` (``;`` or new lines) as role -> its storecodes
+    (each verbatim but for the spaces after a comma)."""
+    if value is None or isinstance(value, dict):
+        return value
+    roles: dict[str, tuple[str, ...]] = {}
+    for part in re.split(r"[;\n]", str(value)):
+        if not part.strip():
+            continue
+        role, _, stores = part.partition("=")
+        role = role.strip()
+        # storecodes are byte-exact and may end in spaces: only the spaces after a comma go
+        codes = tuple(sorted({c.lstrip() for c in stores.split(",") if c.strip()}))
+        if not _ROLE.match(role) or role in roles:
+            raise ValueError("expected each role once, named in lower case letters, digits and _")
+        if not codes:
+            raise ValueError(f"role {role}: expected role=STORE,STORE")
+        roles[role] = codes
+    return roles or None
+
+
 @dataclass(frozen=True)
 class Span:
     """A length of time in business days, weeks, months or years (``400d``, ``7y``)."""
@@ -209,7 +244,7 @@ Seconds = Annotated[float, Field(gt=0), AfterValidator(_finite)]
 Flag = Annotated[bool, BeforeValidator(_lower)]
 
 # A bad value of these is never shown, only the variable's name (the URL may carry credentials).
-SECRET_SETTINGS = frozenset({"username", "password", "notify", "base_url", "store_notify"})
+SECRET_SETTINGS = frozenset({"username", "password", "notify", "base_url", "store_notify", "publish_url"})
 
 _ENVIRON: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environ", default=None)
 
@@ -335,6 +370,17 @@ class Settings(BaseSettings):
         True,
         description="`off`: no Delta Lake tables of the analyst tier under `delta/` of the data location "
         "(docs/open-tables.md)",
+    )
+    publish_url: Annotated[Text, AfterValidator(_postgres_url)] = Field(
+        None,
+        description="a PostgreSQL database every build publishes the warehouse into "
+        "(`postgresql://user@host/db`; the password from `PGPASSWORD`, `~/.pgpass` or a service "
+        "file, never the URL: docs/postgres.md)",
+    )
+    publish_roles: Annotated[dict[str, tuple[str, ...]] | None, BeforeValidator(parse_store_roles)] = Field(
+        None,
+        description="the publication's store roles: `role=STORE,STORE` pairs (`;` or new lines); a "
+        "store role reads only its stores' rows (`membersync publish --roles`)",
     )
     build_batch_nights: Annotated[int, Field(ge=0)] = Field(
         0, description="nights per batch of a full refresh (0: as many as fit `MEMBERSYNC_BUILD_MEMORY`)"

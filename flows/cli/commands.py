@@ -247,6 +247,27 @@ def reports(
     raise typer.Exit(guarded(build))
 
 
+@app.command()
+def publish(
+    full: Annotated[
+        bool, typer.Option("--full", help="every table made again and loaded whole, in one transaction")
+    ] = False,
+    roles: Annotated[
+        bool, typer.Option("--roles", help="create the roles, their grants and row security by store")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="with --roles: print the SQL, run nothing")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="wait for another writer to finish instead of exiting 1")
+    ] = False,
+) -> None:
+    """Publish the warehouse into MEMBERSYNC_PUBLISH_URL's PostgreSQL (the nights it lacks)."""
+    from membersync.flows.cli.publish_cli import run_publish_cli
+
+    raise typer.Exit(guarded(lambda: run_publish_cli(full=full, roles=roles, dry_run=dry_run, wait=wait)))
+
+
 @app.command("report-html")
 def report_html(
     date: Annotated[

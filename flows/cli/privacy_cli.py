@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from membersync.extract.settings import Settings, SettingsError, UsageError
 from membersync.flows.console import error, out
+from membersync.warehouse.exports.postgres import PublishError
 from membersync.warehouse.exports.table_print import print_table
 from membersync.warehouse.landing.paths import DataDir
 
@@ -86,7 +87,7 @@ def run_forget_cli(
         return 1
     except (ErasureKeyError, F.ForgetError) as exc:
         raise UsageError(str(exc)) from None
-    except (StoreError, OSError) as exc:
+    except (StoreError, OSError, PublishError) as exc:
         error(f"forget failed: {exc}; run it again to finish")
         return 1
     show_outcome(outcome, len(done))
@@ -190,7 +191,7 @@ def run_retention_cli(dry_run: bool, wait: bool) -> int:
     except RetentionRefused as exc:
         error(str(exc))
         return 1
-    except (StoreError, BuildError, OSError) as exc:
+    except (StoreError, BuildError, OSError, PublishError) as exc:
         error(f"retention failed: {exc}; run it again to finish")
         return 1
     show_retention(outcome, dry_run)

@@ -23,7 +23,7 @@ from membersync.models.tables import PERSONAL_COLUMNS
 from membersync.warehouse.build.builder import build_warehouse, committed_nights
 from membersync.warehouse.build.catalog import ReaderRefused, check_reads_only, open_reader
 from membersync.warehouse.build.errors import BuildError, BuildInputError
-from membersync.warehouse.exports import open_tables
+from membersync.warehouse.exports import open_tables, postgres
 from membersync.warehouse.exports.export import ExportError, cell_text, check_report_names, export_reports
 from membersync.warehouse.exports.morning import write_morning_report
 from membersync.warehouse.exports.table_print import print_table
@@ -39,7 +39,7 @@ from rich.text import Text
 log = logging.getLogger(__name__)
 
 
-def _data_dir() -> DataDir:
+def existing_data_dir() -> DataDir:
     data_dir = DataDir.from_settings(Settings.load())
     if data_dir.remote is None and not data_dir.root.is_dir():  # s3://: the working dir is made
         raise UsageError(f"data dir {data_dir.root} does not exist (set MEMBERSYNC_DATA_DIR)")
@@ -55,7 +55,7 @@ def run_reports_cli(
     """
     try:
         names = check_report_names(reports)
-        data_dir = _data_dir()
+        data_dir = existing_data_dir()
         refresh_mirror(data_dir)  # an s3:// location: its committed files, mirrored in the working dir
         nights = committed_nights(data_dir)
         if not nights:
@@ -73,6 +73,7 @@ def run_reports_cli(
             with nights_progress("building") as progress:
                 result = build_warehouse(data_dir, full_refresh=full_refresh, progress=progress)
             open_tables.publish_build(data_dir, result)  # the analyst tier as Delta tables
+            postgres.publish_if_configured(data_dir)  # MEMBERSYNC_PUBLISH_URL: BI tools' database
             paths = export_reports(data_dir, night, names)
             published = publish_reports(data_dir, paths)  # s3://: uploaded; else the paths
     except AlreadyRunning as exc:
@@ -80,7 +81,7 @@ def run_reports_cli(
         return 1
     except (ExportError, BuildInputError, ManifestError, ErasureKeyError) as exc:
         raise UsageError(str(exc)) from None
-    except (BuildError, StoreError, open_tables.OpenTableError) as exc:
+    except (BuildError, StoreError, open_tables.OpenTableError, postgres.PublishError) as exc:
         error(str(exc))
         return 1
     if result.built_nights:
@@ -121,7 +122,7 @@ def run_docs_cli() -> int:
     """Generate dbt's docs site of the warehouse under the data dir and say where it is."""
     from membersync.warehouse.build.docs import DocsError, generate_docs
 
-    data_dir = _data_dir()
+    data_dir = existing_data_dir()
     try:
         # No lock: the docs read a copy of the published catalog, which a build swaps atomically.
         page = generate_docs(data_dir)
@@ -140,7 +141,7 @@ def run_sql_cli(query: str, as_csv: bool = False, identified: bool = False) -> i
     ``identified`` the identified tier's: read-only, reads only, no file but the tier's own);
     print a table (or CSV on stdout)."""
     _check_not_empty(query)
-    data_dir = _data_dir()
+    data_dir = existing_data_dir()
     tier = "identified" if identified else "analyst"
     path = data_dir.catalog(tier)
     if not path.is_file():
@@ -171,7 +172,7 @@ def run_reader_setup_cli(identified: bool = False) -> int:
     """Print the statements that make a DuckDB connection a reader of a tier (for a BI tool)."""
     from membersync.warehouse.build.catalog import reader_settings
 
-    data_dir = _data_dir()
+    data_dir = existing_data_dir()
     tier = "identified" if identified else "analyst"
     sys.stdout.write(f"-- open {data_dir.catalog(tier)} read-only, then run:\n")
     sys.stdout.write("".join(f"{s};\n" for s in reader_settings(data_dir, tier)))
@@ -202,7 +203,7 @@ def _check_not_empty(query: str) -> None:
 
 def run_report_html_cli(night: dt.date | None) -> int:
     """Write the morning report of ``night`` (default: the newest) from the warehouse as built."""
-    data_dir = _data_dir()
+    data_dir = existing_data_dir()
     try:
         path = write_morning_report(data_dir, night)
     except ExportError as exc:

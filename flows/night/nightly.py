@@ -454,13 +454,14 @@ class NightRun:
             return
         self.progress.phase("warehouse build")
         from membersync.warehouse.build.builder import build_warehouse
-        from membersync.warehouse.exports import open_tables
+        from membersync.warehouse.exports import open_tables, postgres
         from membersync.warehouse.exports.reports import export_night
         from membersync.warehouse.landing.remote import refresh_mirror
 
         await asyncio.to_thread(refresh_mirror, self.data_dir)  # s3:// location: the committed files
         built = await asyncio.to_thread(build_warehouse, self.data_dir)
         await asyncio.to_thread(open_tables.publish_build, self.data_dir, built)
+        await asyncio.to_thread(postgres.publish_if_configured, self.data_dir)  # MEMBERSYNC_PUBLISH_URL
         exported = await asyncio.to_thread(
             export_night, self.data_dir, self.night_date, stores=self.options.store_reports
         )

@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL server on loopback, for a Prefect server that takes a pool's writes.
+"""A throwaway PostgreSQL server on loopback: for a Prefect server that takes a pool's writes,
+and for the warehouse's PostgreSQL publication (``tests/scenarios/test_postgres_publication.py``).
 
 Prefect's guidance: SQLite for one user, PostgreSQL once several workers write at once. On SQLite
 the work-pool test's 3 workers (and their runs' events) lock the file; the server then drops
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from membersync.flows.pool.schedule import free_port
@@ -34,9 +36,36 @@ def _as_server_user(cmd: list[str]) -> list[str]:
     return [runuser, "-u", "postgres", "--", *cmd]
 
 
+@dataclass(frozen=True)
+class Instance:
+    port: int
+    root: Path  # holds the data directory (data/) and the server's log (server.log)
+
+    def url(self, user: str = USER, database: str = "postgres") -> str:
+        """A libpq URL (psql, psycopg, MEMBERSYNC_PUBLISH_URL)."""
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+
 @contextlib.contextmanager
 def postgres_server(timeout: float = 60.0) -> Iterator[str]:
     """Start a PostgreSQL server; yield its SQLAlchemy URL for Prefect (asyncpg driver)."""
+    with postgres_instance(timeout) as instance:
+        yield instance.url().replace("postgresql://", "postgresql+asyncpg://")
+
+
+@contextlib.contextmanager
+def postgres_instance(timeout: float = 60.0, settings: tuple[str, ...] = ()) -> Iterator[Instance]:
+    """Start a PostgreSQL server (its initdb user a superuser, trust authentication on loopback;
+    ``settings``: more ``name=value`` of the server's, such as ``log_statement=all``)."""
+    extra = [arg for setting in settings for arg in ("-c", setting)]
     initdb, postgres = system_executable("initdb"), system_executable("postgres")
     pg_isready = system_executable("pg_isready")
     assert initdb and postgres and pg_isready, "no PostgreSQL here (Debian: apt-get install postgresql)"
@@ -55,11 +84,11 @@ def postgres_server(timeout: float = 60.0) -> Iterator[str]:
         )
         assert made.returncode == 0, made.stderr.decode(errors="replace")[-2000:]
         port = free_port()
-        settings = ["-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}"]
-        settings += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
+        options = ["-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}", *extra]
+        options += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
         with open(log, "wb") as out:
             server = subprocess.Popen(
-                _as_server_user([postgres, "-D", str(data), "-p", str(port), *settings]),
+                _as_server_user([postgres, "-D", str(data), "-p", str(port), *options]),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -70,7 +99,7 @@ def postgres_server(timeout: float = 60.0) -> Iterator[str]:
             assert server.poll() is None, log.read_text(errors="replace")[-2000:]
             assert time.monotonic() < deadline, f"PostgreSQL did not listen in {timeout:.0f} s"
             time.sleep(0.2)
-        yield f"postgresql+asyncpg://{USER}@127.0.0.1:{port}/postgres"
+        yield Instance(port, root)
     finally:
         if server is not None and server.poll() is None:
             os.killpg(server.pid, signal.SIGINT)  # PostgreSQL's fast shutdown

@@ -34,6 +34,10 @@ and one of the migration to the layout with identity apart (:mod:`membersync.war
 and one of a full refresh built in batches of nights (:mod:`membersync.warehouse.build.builder`):
 
 - ``after_refresh_batch``: a batch's parts are written, the next batch not begun, nothing published
+
+and one of the PostgreSQL publication (:mod:`membersync.warehouse.exports.postgres`):
+
+- ``publish_mid_night``: half a night's tables copied into its transaction, not committed
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ FORGET_POINTS = (
 )
 MIGRATE_POINTS = ("migrate_after_night",)
 REFRESH_POINTS = ("after_refresh_batch",)
+PUBLISH_POINTS = ("publish_mid_night",)
 _seen: dict[str, int] = {}
 
 

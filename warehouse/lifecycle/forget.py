@@ -378,6 +378,7 @@ def finish(zone: Any, erasure_id: str) -> Outcome:
     sweep_personal_files(zone.data_dir)  # ... so the old ones go (every version), with any leftover
     reports, removed = reexport(_built(zone.data_dir, erasure), erasure.plan.get("reports", []))
     crashpoint("forget_after_reexport")
+    _republish(zone.data_dir)
     outcome = Outcome(
         erasure.id,
         len(keys),
@@ -412,6 +413,19 @@ def _built(data_dir: Any, erasure: Erasure) -> Any:
     if erasure.plan.get("reports") and not data_dir.identified_db.is_file() and zone_has_nights(data_dir):
         build_warehouse(data_dir)
     return data_dir
+
+
+def _republish(data_dir: Any) -> None:
+    """``MEMBERSYNC_PUBLISH_URL``: the database made again whole from the rewritten warehouse (its
+    tables' files dropped with them). If it fails the erasure stays pending, for the next command."""
+    from membersync.warehouse.build.builder import build_warehouse
+    from membersync.warehouse.exports import postgres
+
+    if postgres.configured() is None:
+        return
+    if not data_dir.identified_db.is_file() and zone_has_nights(data_dir):
+        build_warehouse(data_dir)
+    postgres.publish_if_configured(data_dir, full=True)
 
 
 def zone_has_nights(data_dir: Any) -> bool:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from membersync.extract.settings import RetentionPolicy
 from membersync.models import tables as T
 from membersync.warehouse.build.memory import bound_connection
-from membersync.warehouse.exports import open_tables
+from membersync.warehouse.exports import open_tables, postgres
 from membersync.warehouse.landing.manifest import Manifest
 from membersync.warehouse.landing.remote import remove_reports
 from membersync.warehouse.landing.rewrite import TableRewrite
@@ -344,6 +344,7 @@ def _finish(zone: Any, journal: Journal) -> dict[str, int]:
     prune_nights(zone.data_dir, sorted(removed))
     open_tables.remove_nights(zone.data_dir, sorted(removed))  # no version of a Delta table keeps them
     _forget_inactive(zone, pending)
+    postgres.publish_if_configured(zone.data_dir)  # the removed nights leave the BI tools' database too
     journal.history.append(
         {**pending, "carried": carried, "finished_at": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"}
     )
