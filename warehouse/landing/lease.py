@@ -287,6 +287,7 @@ class Lease:
             self._renewer.join()
         started = time.perf_counter()
         self._release()
+        self._purge_versions()  # a versioned bucket keeps no renewal of a released lease
         self._count(time.perf_counter() - started)
         log.info(
             "lease of %s (token %d): %d fenced write(s), %.2f s in its requests and the fence's copies",
@@ -303,8 +304,10 @@ class Lease:
             done = LeaseDoc(
                 self.token, self.doc.holder, self.clock(), True, self.doc.seq + 1, self.doc.intents
             )
-            if self.objects.put_if(LEASE, done.to_json(), self._etag) is None:
+            released = self.objects.put_if(LEASE, done.to_json(), self._etag)
+            if released is None:
                 log.warning("lease of %s: taken over before it was released", self.url)
+            self._etag = released
             key = f"{LEASE_LOG}/{self.token:012d}.json"
             data, _ = self.objects.get(key)
             entry = json.loads(data) if data else {"token": self.token}
@@ -315,14 +318,39 @@ class Lease:
     # -- renewal and the fence --------------------------------------------------------------------
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        purged = self.clock()
+        while not self._stop.wait(self._until_renewal()):
             try:
                 self._swap(self._open, "renewing the lease")
             except LeaseLost:
                 log.warning("lease of %s lost: %s", self.url, self._lost)
                 return
-            except Exception as exc:  # a network error: try again at the next tick, until expiry
+            except Exception as exc:  # a network error: try again soon, until expiry
                 log.warning("lease of %s not renewed (%s); trying again", self.url, exc.__class__.__name__)
+                continue
+            if self.clock() - purged >= self.ttl:
+                purged = self.clock()
+                self._purge_versions()
+
+    def _until_renewal(self) -> float:
+        """Seconds until a third of the lease has passed since it was last written (by a renewal
+        or a fence): a renewal on a deadline, so a slow request does not push the next one late."""
+        with self._mutex:
+            doc = self.doc
+        if doc is None:
+            return self.ttl / 3
+        return min(self.ttl / 3, max(doc.expires_at - self.ttl * 2 / 3 - self.clock(), 0.05))
+
+    def _purge_versions(self) -> None:
+        """The lease's older versions dropped (a versioned bucket keeps every renewal), beside
+        the renewals and outside the fence's lock: a listing of versions can be slow."""
+        etag = self._etag
+        if etag is None:
+            return
+        try:
+            self.objects.drop_older_versions(LEASE, etag)
+        except Exception as exc:  # only a cost: the next purge takes them
+            log.warning("lease of %s: older versions not dropped (%s)", self.url, exc.__class__.__name__)
 
     def charge(self, seconds: float) -> None:
         """Count time a fenced write spent beyond the write itself (its staging, its copies)."""
@@ -360,7 +388,6 @@ class Lease:
                 )
                 raise LeaseLost(f"{what}: refused, {self._lost}")
             self.doc, self._etag = doc, etag
-            self.objects.drop_older_versions(LEASE, etag)
 
     def verify(self, what: str) -> None:
         """Check, with one read of the lease's ETag, that no one took it over: before writes that
