@@ -40,6 +40,11 @@ with its command and commit: docs/benchmarks.md (earlier ones: ``git log``).
 
       python -m membersync.flows.benchmarks.s3_night --clients 10000
 
+- :mod:`.publish`: the PostgreSQL publication: a night's incremental publish against its build,
+  and ``--full`` of the history (a throwaway database)::
+
+      python -m membersync.flows.benchmarks.publish DIR --url postgresql://me@127.0.0.1:5432/bench
+
 - :mod:`.refresh`: a full refresh of a landed history in bounded memory (``MEMBERSYNC_BUILD_MEMORY``,
   optionally in a memory cgroup): wall time, peak RSS, batches, the reports compared byte for byte::
 

@@ -461,7 +461,6 @@ class NightRun:
         await asyncio.to_thread(refresh_mirror, self.data_dir)  # s3:// location: the committed files
         built = await asyncio.to_thread(build_warehouse, self.data_dir)
         await asyncio.to_thread(open_tables.publish_build, self.data_dir, built)
-        await asyncio.to_thread(postgres.publish_if_configured, self.data_dir)  # MEMBERSYNC_PUBLISH_URL
         exported = await asyncio.to_thread(
             export_night, self.data_dir, self.night_date, stores=self.options.store_reports
         )
@@ -472,6 +471,10 @@ class NightRun:
         self.summary.build = f"ok ({csvs} reports, their workbook and the morning report{stores})"
         if self.options.store_notify is not None:
             await asyncio.to_thread(self.options.store_notify.send, self.night_date, exported.store_reports)
+        # MEMBERSYNC_PUBLISH_URL, after the managers' files: a database down costs them nothing
+        database = await asyncio.to_thread(postgres.publish_if_configured, self.data_dir)
+        if database is not None and database.changed:
+            self.summary.build += f"; PostgreSQL: {len(database.nights)} night(s) published"
         await asyncio.to_thread(self._apply_retention)
 
     def _apply_retention(self) -> None:

@@ -397,3 +397,34 @@ def test_a_password_in_the_url_is_refused_before_anything_runs(published: Publis
     )
     assert refused.status == 2
     assert "must not carry a password" in refused.stderr and "hunter2" not in refused.stderr + refused.stdout
+
+
+def test_a_storecode_of_the_role_map_that_is_no_store_is_refused_in_one_line(published: Published) -> None:
+    ws = published.ws
+    env = ws.env(MEMBERSYNC_PUBLISH_ROLES="north_managers=NOWHERE")
+    refused = ws.sync(["publish", "--roles", "--dry-run"], env=env)
+    assert refused.status == 1 and "'NOWHERE' is no store the service lists" in refused.stderr, (
+        refused.describe()
+    )
+
+
+# --- last: retention changes the history ------------------------------------------------------------
+
+
+def test_retention_removes_its_nights_from_the_database_and_keeps_the_rest_exact(
+    published: Published,
+) -> None:
+    ws, url = published.ws, published.url()
+    assert NIGHTS[0].day != 31 and (NIGHTS[0] + dt.timedelta(days=1)).day != 1  # not a month's end: thinned
+    done = ws.sync(["retention"], env=ws.env(MEMBERSYNC_RETENTION="daily=1d"))
+    assert_ok(done)
+    with psycopg.connect(url) as con:
+        nights = [
+            n for (n,) in con.execute("select snapshot_date from membersync.published_nights order by 1")
+        ]
+        left = con.execute(
+            "select count(*) from reports.membership_status_daily where snapshot_date = %s", [NIGHTS[0]]
+        ).fetchone()[0]
+    assert nights == list(NIGHTS[1:]) and left == 0
+    expected = truth.truth_of(published.sandbox, NIGHTS[2], published.forgotten)
+    assert truth.report_differences(pg_reports(url, NIGHTS[2]), expected) == []

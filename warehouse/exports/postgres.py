@@ -406,6 +406,10 @@ def _publish_nights(pg: Any, duck: Any, tables: Sequence[PgTable], nights: dict[
             _night_step(cur, duck, tables, night, nights)
             if last:
                 _last_step(cur, duck, tables, pending, removed)
+    if removed:  # the removed nights' rows, dead since the commit, leave the tables' files now
+        for table in tables:
+            if table.kind == "nightly":
+                pg.execute(f"VACUUM {table.qualified}")
     return done
 
 
@@ -470,7 +474,13 @@ def _grants(cur: Any, tables: Sequence[PgTable], made: Sequence[str] = ()) -> li
     owner = cur.execute("select current_user").fetchone()[0]
     out = R.drop_policy_statements(policies)
     out += R.revoke_statements(grantable, granted - {owner})
-    return out + R.grant_statements(grantable, roles, _existing_roles(cur) | set(made))
+    have = _existing_roles(cur) | set(made)
+    readers = [r for r in (R.ANALYST_ROLE, R.IDENTIFIED_ROLE, *sorted(roles)) if r in have]
+    out += R.grant_statements(grantable, roles, have)
+    for role in readers:  # which nights are published: every reader's "newest night"
+        out += [f"GRANT USAGE ON SCHEMA {R.ident(STATE_SCHEMA)} TO {R.ident(role)}"]
+        out += [f"GRANT SELECT ON {STATE} TO {R.ident(role)}"]
+    return out
 
 
 def roles_plan(data_dir: DataDir, url: str) -> list[str]:

@@ -151,6 +151,10 @@ def test_case_the_environment_given_is_the_only_one_read(monkeypatch: pytest.Mon
         ("MEMBERSYNC_DBT_THREADS", "0"),
         ("MEMBERSYNC_STALE_AFTER_HOURS", "six"),
         ("MEMBERSYNC_BASE_URL", "ftp://host"),
+        ("MEMBERSYNC_PUBLISH_URL", "mysql://host/db"),
+        ("MEMBERSYNC_PUBLISH_ROLES", "North=S01"),
+        ("MEMBERSYNC_PUBLISH_ROLES", "north=S01; north=S02"),
+        ("MEMBERSYNC_PUBLISH_ROLES", "north="),
     ],
 )
 def test_case_a_bad_value_is_one_line_naming_its_variable(variable: str, value: str) -> None:
@@ -169,6 +173,21 @@ def test_case_a_bad_secret_value_is_never_shown() -> None:
     assert "hunter2" not in repr(loaded) and "t0ken" not in repr(loaded)
     with pytest.raises(SettingsError, match=r"^missing setting MEMBERSYNC_USERNAME"):
         ServiceSettings.from_settings(Settings.load({"MEMBERSYNC_BASE_URL": "http://h:1"}))
+
+
+def test_case_a_password_in_the_publish_url_is_refused_and_never_shown() -> None:
+    for url in ("postgresql://bi:hunter2@db/warehouse", "postgresql://db/warehouse?password=hunter2"):
+        with pytest.raises(SettingsError) as caught:
+            Settings.load({"MEMBERSYNC_PUBLISH_URL": url})
+        assert "must not carry a password" in str(caught.value) and "hunter2" not in str(caught.value)
+    assert Settings.load({"MEMBERSYNC_PUBLISH_URL": "postgresql:///?service=bi"}).publish_url
+
+
+def test_case_the_store_roles_keep_each_storecode_verbatim_but_for_spaces_after_a_comma() -> None:
+    roles = Settings.load(
+        {"MEMBERSYNC_PUBLISH_ROLES": "north=S01; south=DOWNTOWN  , S03\nwest=S04"}
+    ).publish_roles
+    assert roles == {"north": ("S01",), "south": ("DOWNTOWN  ", "S03"), "west": ("S04",)}
 
 
 def test_case_the_cli_exits_2_with_one_line_on_a_bad_setting(tmp_path: Path) -> None:
