@@ -36,7 +36,7 @@ import orjson
 from aiohttp import web
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
-from membersync.extract.sandbox import population
+from membersync.extract.sandbox import days, population
 from membersync.extract.sandbox.state import Service
 from membersync.extract.sandbox.validation import ApiError, bad, parse_date, parse_utc
 from membersync.extract.settings import SettingsError
@@ -74,6 +74,9 @@ class SandboxConfig:
     burst: float | None = None  # token-bucket capacity (default: rate, at least 1)
     lazy: bool = False  # fill clients' holdings on first use (fast start-up; see state.Service)
     announce_limits: bool = False  # RateLimit-* headers (IETF draft) on every answer, when rate > 0
+    # the last days before the anchor are business days (sales, payments, freezes: sandbox/days.py),
+    # so the data reaches the night before the anchor (0: generated activity ends days earlier)
+    recent_days: int = 0
 
     @classmethod
     def checked(cls, **kw: Any) -> SandboxConfig:
@@ -98,6 +101,8 @@ class SandboxConfig:
             raise SettingsError("sandbox username must be non-empty and must not contain ':'")
         if not config.password:
             raise SettingsError("sandbox password must not be empty")
+        if not isinstance(config.recent_days, int) or not 0 <= config.recent_days <= 400:
+            raise SettingsError("sandbox recent days must be between 0 and 400")
         if config.anchor_date is not None and not isinstance(config.anchor_date, dt.date):
             raise SettingsError("sandbox anchor date must be a date")
         return config
@@ -113,7 +118,8 @@ class SandboxConfig:
         return (
             f"clients={self.clients} stores={self.stores} seed={self.seed} anchor={self.anchor} "
             f"rate={rate} latency_ms={self.latency_ms:g} fault_rate={self.fault_rate:g} "
-            f"drift={self.drift} profile={profile} lazy={self.lazy} announce_limits={self.announce_limits}"
+            f"drift={self.drift} profile={profile} lazy={self.lazy} announce_limits={self.announce_limits} "
+            f"recent_days={self.recent_days}"
         )
 
 
@@ -191,9 +197,13 @@ class TokenBucket:
 def build_service(config: SandboxConfig) -> Service:
     profile = config.profile or Profile.default()
     started = time.perf_counter()
+    start = config.anchor - dt.timedelta(days=config.recent_days)  # generated up to it, then days of business
     service = population.generate(
-        config.seed, config.clients, config.stores, config.anchor, max_page_size=profile.max_page_size
+        config.seed, config.clients, config.stores, start, max_page_size=profile.max_page_size
     )
+    if config.recent_days:
+        days.run_days(service, start, config.anchor - dt.timedelta(days=1), config.seed)
+        days.resume_real_time(service, config.anchor)
     if not config.lazy:
         service.materialize_all()
     log.info("sandbox data ready in %.1fs (%d clients)", time.perf_counter() - started, config.clients)

@@ -107,6 +107,15 @@ def sandbox(
     profile: Annotated[
         str | None, typer.Option(help="serve a tenant profile's wire names (TOML; default: the contract)")
     ] = None,
+    recent_days: Annotated[
+        int,
+        typer.Option(
+            "--recent-days",
+            min=0,
+            max=400,
+            help="days of business before the anchor date (sales up to its eve)",
+        ),
+    ] = 14,
 ) -> None:
     """Serve the sandbox: a complete local implementation of the service."""
     from membersync.extract.profile import Profile
@@ -126,6 +135,7 @@ def sandbox(
             burst=burst,
             announce_limits=announce_limits,
             anchor_date=parse_date(anchor_date),
+            recent_days=recent_days,
             drift=drift,
             profile=Profile.load(profile) if profile else None,
             lazy=True,  # clients' holdings are filled on first use: start-up stays fast at 100,000
@@ -220,12 +230,16 @@ def retention(
 
 @app.command()
 def demo(
-    clients: Annotated[int, typer.Option(help="clients in the demo sandbox")] = 300,
+    clients: Annotated[int, typer.Option(min=1, help="clients in the demo sandbox")] = 300,
+    nights: Annotated[int, typer.Option(min=1, max=400, help="nights of history, the last tonight")] = 35,
+    open_report: Annotated[
+        bool, typer.Option("--open", help="open the morning report in the desktop's browser")
+    ] = False,
 ) -> None:
-    """Start a sandbox, run a night against it, and show where everything landed."""
+    """Start a sandbox, sync five weeks of its history night by night, and show the morning after."""
     from membersync.flows.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(clients=clients))
+    raise typer.Exit(guarded(lambda: run_demo(clients=clients, nights=nights, open_report=open_report)))
 
 
 @app.command()
