@@ -185,7 +185,9 @@ def _build_and_export(plan: DemoPlan) -> Path:
 
     with err.status("building the warehouse from the new nights ..."):
         built = build_warehouse(plan.data_dir)
-        open_tables.publish_build(plan.data_dir, built)  # what a night's build publishes, as each would
+        if open_tables.enabled():  # the Delta tables: one commit each for the new nights, not one a night
+            open_tables.publish_nights(plan.data_dir, built.built_nights, whole=True)
+            open_tables.owner_only(plan.data_dir)
         exported = export_night(plan.data_dir, plan.last)
     out.print(
         f"warehouse: {len(built.nights)} nights, {len(built.built_nights)} built in {built.seconds:.1f} s, "
