@@ -403,9 +403,9 @@ def _publish_nights(pg: Any, duck: Any, tables: Sequence[PgTable], nights: dict[
         last = index == len(steps) - 1
         with pg.transaction(), pg.cursor() as cur:
             _lock(cur)
-            _night_step(cur, duck, tables, night, nights)
+            _night_step(cur, duck, tables, night, nights, done)
             if last:
-                _last_step(cur, duck, tables, pending, removed)
+                _last_step(cur, duck, tables, pending, removed, done)
     if removed:  # the removed nights' rows, dead since the commit, leave the tables' files now
         for table in tables:
             if table.kind == "nightly":
@@ -414,13 +414,18 @@ def _publish_nights(pg: Any, duck: Any, tables: Sequence[PgTable], nights: dict[
 
 
 def _night_step(
-    cur: Any, duck: Any, tables: Sequence[PgTable], night: dt.date | None, nights: dict[dt.date, str]
+    cur: Any,
+    duck: Any,
+    tables: Sequence[PgTable],
+    night: dt.date | None,
+    nights: dict[dt.date, str],
+    done: Publication,
 ) -> None:
     if night is None:
         return
     daily = [t for t in tables if t.kind == "nightly"]
     for number, table in enumerate(daily):
-        _replace_night(cur, duck, table, night)
+        _count(done, _replace_night(cur, duck, table, night))
         if number == len(daily) // 2:
             crashpoint("publish_mid_night")
     cur.execute(
@@ -431,7 +436,12 @@ def _night_step(
 
 
 def _last_step(
-    cur: Any, duck: Any, tables: Sequence[PgTable], pending: Sequence[dt.date], removed: Sequence[dt.date]
+    cur: Any,
+    duck: Any,
+    tables: Sequence[PgTable],
+    pending: Sequence[dt.date],
+    removed: Sequence[dt.date],
+    done: Publication,
 ) -> None:
     """With the newest night: what is kept whole, the events' new versions, retention's removals."""
     for table in tables:
@@ -441,9 +451,9 @@ def _last_step(
                 [list(removed)],
             )
         elif table.kind == "latest" and pending and not removed:
-            _merge_latest(cur, duck, table, pending)
+            _count(done, _merge_latest(cur, duck, table, pending))
         elif table.kind != "nightly":  # whole, or events after retention carried some to kept nights
-            _replace_whole(cur, duck, table)
+            _count(done, _replace_whole(cur, duck, table))
     if removed:
         cur.execute(f"DELETE FROM {STATE} WHERE snapshot_date = any(%s)", [list(removed)])
 
