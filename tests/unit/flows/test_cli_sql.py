@@ -280,26 +280,26 @@ def test_defect6d_every_date_option_refuses_the_basic_form(data_dir: DataDir, ar
     assert not (data_dir.reports / "2026-03-02").exists(), "bad input exports nothing"
 
 
-def test_defect52_4_the_demo_peek_at_80_columns_never_cuts_an_amount(
+def test_defect52_4_the_demo_closing_screen_at_80_columns_never_cuts_an_amount(
     data_dir: DataDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 52 point 4: the demo printed the CSV with its own table code and cut money at 80
-    columns (``29638.…``); it now goes through the one fitted printer ``membersync sql`` uses."""
+    """Issue 52 point 4: the demo cut money at 80 columns (``29638.…``); issue 65 replaced its peek
+    at a CSV by the chain's figures, which must show every amount whole at 80 columns too."""
     from membersync.flows.cli import demo
 
     out = Console(file=io.StringIO(), width=80, highlight=False)
-    err = Console(file=io.StringIO(), width=80, highlight=False)
     monkeypatch.setattr(demo, "out", out)
-    monkeypatch.setattr(demo, "err", err)
-    night = sc.NIGHTS[-1]
-    demo._show_report(data_dir, night)
+    plan = demo.DemoPlan(0, tuple(sc.NIGHTS), data_dir)
+    demo.show_closing(plan)
     text = out.file.getvalue()  # type: ignore[attr-defined]
-    assert "…" not in text and all(cell_len(line) <= 80 for line in text.splitlines()), text
-    from membersync.warehouse.exports.export import REPORTS, open_at_night, read_report
-
-    with open_at_night(data_dir, night) as (con, night):
-        shown = read_report(con, REPORTS[demo.PEEK_REPORT], night).rows[:12]
-    amounts = [format(cell, "f") for row in shown for cell in row if isinstance(cell, Decimal)]
-    folded = text.replace("│", "").replace(" ", "").replace("\n", "")
-    assert amounts and all(a in text for a in amounts), (amounts, text)
-    assert all(f"{a}" in folded for a in amounts)
+    table = text.split("where it is", 1)[0]
+    assert "…" not in text and all(cell_len(line) <= 80 for line in table.splitlines()), text
+    figures = demo.chain_figures(data_dir, plan.last)
+    amounts = [
+        f"{Decimal(v):,.2f}"
+        for _, now, before, money in figures
+        if money
+        for v in (now, before)
+        if v is not None
+    ]
+    assert amounts and all(a in table for a in amounts), (amounts, text)
