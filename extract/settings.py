@@ -151,6 +151,8 @@ def parse_store_roles(value: Any) -> Any:
         role = role.strip()
         # storecodes are byte-exact and may end in spaces: only the spaces after a comma go
         codes = tuple(sorted({c.lstrip() for c in stores.split(",") if c.strip()}))
+        if role.startswith(("membersync_", "pg_")):  # the tier roles' and PostgreSQL's own names
+            raise ValueError(f"role {role}: names starting membersync_ or pg_ are not store roles")
         if not _ROLE.match(role) or role in roles:
             raise ValueError("expected each role once, named in lower case letters, digits and _")
         if not codes:

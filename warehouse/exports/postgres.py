@@ -499,6 +499,7 @@ def roles_plan(data_dir: DataDir, url: str) -> list[str]:
         tables = published_tables(duck)
         roles = Settings.load().publish_roles or {}
         _check_stores(duck, roles)
+        _check_not_privileged(cur, roles)
         have = _existing_roles(cur)
         made = R.role_statements(roles, have)
         return made + _grants(cur, tables, made=[R.ANALYST_ROLE, R.IDENTIFIED_ROLE, *roles])
@@ -515,6 +516,18 @@ def _check_stores(duck: Any, roles: dict[str, tuple[str, ...]]) -> None:
                 f"MEMBERSYNC_PUBLISH_ROLES: role {role}: {', '.join(map(repr, unknown))} is no store the "
                 f"service lists (stores: {', '.join(map(repr, sorted(known)))})"
             )
+
+
+def _check_not_privileged(cur: Any, roles: dict[str, tuple[str, ...]]) -> None:
+    """A store role that is the publisher or a superuser would read every row (row security does
+    not bind them): refused, rather than a store manager's login seeing the whole chain."""
+    cur.execute("select rolname from pg_roles where rolsuper or rolbypassrls or rolname = current_user")
+    privileged = sorted({r for (r,) in cur.fetchall()} & set(roles))
+    if privileged:
+        raise PublishError(
+            f"MEMBERSYNC_PUBLISH_ROLES: {', '.join(privileged)} bypasses row security (the publisher, "
+            "a superuser or BYPASSRLS): name a store role of its own"
+        )
 
 
 def apply_roles(statements: Sequence[str], url: str) -> None:

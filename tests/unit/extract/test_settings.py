@@ -155,6 +155,7 @@ def test_case_the_environment_given_is_the_only_one_read(monkeypatch: pytest.Mon
         ("MEMBERSYNC_PUBLISH_ROLES", "North=S01"),
         ("MEMBERSYNC_PUBLISH_ROLES", "north=S01; north=S02"),
         ("MEMBERSYNC_PUBLISH_ROLES", "north="),
+        ("MEMBERSYNC_PUBLISH_ROLES", "membersync_analyst=S01"),  # would widen, not narrow, a tier role
     ],
 )
 def test_case_a_bad_value_is_one_line_naming_its_variable(variable: str, value: str) -> None:
