@@ -49,7 +49,7 @@ import orjson
 import yarl
 from membersync.extract import catalogue, constants, redact
 from membersync.extract.catalogue import Endpoint
-from membersync.extract.concurrency import AdaptiveConcurrency
+from membersync.extract.concurrency import AdaptiveConcurrency, InFlightCap
 from membersync.extract.deadlines import Deadlines
 from membersync.extract.errors import (
     ProtocolError,
@@ -389,6 +389,7 @@ class ServiceClient:
         self.concurrency = AdaptiveConcurrency(
             opts.max_concurrency, initial=opts.initial_concurrency, adaptive=opts.adaptive
         )
+        self.cap = InFlightCap(opts.max_concurrency, adaptive=opts.adaptive)
         self.rate = RateLimiter(
             cap=opts.rate,
             initial=opts.initial_rate,
@@ -585,7 +586,12 @@ class ServiceClient:
             await self.rate.wait_turn()
             started = self._clock()
             stats.requests += 1
-            status, headers, data = await self._send(ep, url, content)
+            cap = self.cap
+            level = await cap.sent()
+            try:
+                status, headers, data = await self._send(ep, url, content)
+            finally:
+                cap.done()
             now = self._clock()
             by_status = stats.by_status
             by_status[status] = by_status.get(status, 0) + 1
@@ -594,12 +600,13 @@ class ServiceClient:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%s %s -> %d in %.1f ms", ep.method, ep.name, status, 1000 * (now - started))
             if status >= 300 or status < 200:
-                raise self._status_error(prep, status, headers, data, started, now, body)
+                raise self._status_error(prep, status, headers, data, (started, now, level), body)
             result = self._unwrap(prep, data, status)
             if self._announces is not False:
                 self._read_announcement(headers)
             rate = self.rate
             rate.on_success(now, now - started)
+            cap.accepted(level, now)
             self.concurrency.keep_up(rate.rate, rate.latency)
             success = True
             return result
@@ -634,8 +641,7 @@ class ServiceClient:
         status: int,
         headers: Mapping[str, str],
         data: bytes,
-        started: float,
-        now: float,
+        sent: tuple[float, float, int],  # when it was sent, answered, and its level in flight
         body: Mapping[str, Any] | None,
     ) -> ServiceError:
         retry_after = None
@@ -648,14 +654,21 @@ class ServiceClient:
         if status == 429:
             self.stats.status_429 += 1
             self._read_announcement(headers)
-            # Fewer in flight once per episode, with the pace's cut.
-            if self.rate.on_rate_limited(started, retry_after):
-                self.concurrency.on_rate_limited()
+            self._rate_limited(sent, retry_after)
         secrets = _secret_values(body) if body else ()
         error = status_error(prep.endpoint.name, status, data, retry_after=retry_after, secrets=secrets)
         if retry_after is not None and not isinstance(error, RateLimitedError):
             error.retry_after = retry_after  # type: ignore[attr-defined]  # 503 + Retry-After
         return error
+
+    def _rate_limited(self, sent: tuple[float, float, int], retry_after: float | None) -> None:
+        """A 429: a cap on requests in flight holds fewer at once and leaves the pace alone;
+        any other cuts the pace, and the concurrency with it, once per episode."""
+        started, now, level = sent
+        if self.cap.refused(level, now):
+            return
+        if self.rate.on_rate_limited(started, retry_after):
+            self.concurrency.on_rate_limited()
 
     def _read_announcement(self, headers: Mapping[str, str]) -> None:
         announced = parse_rate_headers(headers, self.options.wall_clock())

@@ -3,6 +3,9 @@ start), never below what the pace needs at the latency seen (Little's law), so t
 :class:`membersync.extract.limits.RateLimiter` is the politeness and the concurrency never starves
 it. Its waiters are served by rank (:func:`work_started`: a night's earlier batch first), then in
 arrival order. Every number is in :mod:`membersync.extract.constants`.
+
+**A server's cap on requests in flight** (429 when more than N are open at once) is
+:class:`InFlightCap`'s: learned from the 429s themselves, it holds how many are on the wire.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -108,3 +112,88 @@ class AdaptiveConcurrency:
             self.waiting -= 1
             self.in_flight += 1
             fut.set_result(None)
+
+
+class InFlightCap:
+    """A server's cap on requests in flight, learned from its 429s; at most that many on the wire.
+
+    Each request notes how many were on the wire when it was sent, itself included (its
+    *level*). A 429 at a level the server, over its last ``CAP_EVIDENCE`` answers, refused at
+    least as often as it accepted, while it accepted the level below more often than it refused
+    it, is a cap's and not a pace's: the level below is the cap, and a request beyond it waits
+    for one on the wire to be answered (the adaptive limit's slots also hold those waiting for the
+    pace, so the cap gates the wire itself). A token bucket refuses at every level about as often
+    as it accepts there, so its 429s stay the pace's; a cap mistaken from the top of its levels
+    costs little, and every ``CAP_PROBE_SECONDS`` at a cap one more is let on the wire: a real
+    cap refuses it (one 429, and the cap is learned again), a mistaken one lifts.
+    """
+
+    def __init__(self, maximum: int = K.MAX_CONCURRENCY, *, adaptive: bool = True) -> None:
+        self.maximum = maximum
+        self.adaptive = adaptive
+        self.on_wire = 0
+        self.cap: int | None = None  # learned (:meth:`refused`); None: none known
+        self._since = 0.0  # when the cap was last set
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        # the last CAP_EVIDENCE answers: (level, accepted), and their counts by level
+        self._answers: deque[tuple[int, bool]] = deque()
+        self._accepted_at = [0] * (maximum + 2)
+        self._refused_at = [0] * (maximum + 2)
+
+    async def sent(self) -> int:
+        """Wait for room on the wire under a learned cap; the request's level."""
+        while self.cap is not None and self.on_wire >= self.cap:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._wake()  # woken just as it was cancelled: wake the next instead
+                else:
+                    self._waiters.remove(fut)
+                raise
+        self.on_wire += 1
+        return self.on_wire
+
+    def done(self) -> None:
+        """A request that :meth:`sent` is off the wire (answered, or failed)."""
+        self.on_wire -= 1
+        self._wake()
+
+    def accepted(self, level: int, now: float) -> None:
+        """A success sent at ``level``; after ``CAP_PROBE_SECONDS`` at a cap, one more allowed."""
+        self._note(level, True)
+        cap = self.cap
+        if cap is not None and cap < self.maximum and now - self._since >= K.CAP_PROBE_SECONDS:
+            self.cap, self._since = cap + 1, now
+            self._wake()
+
+    def refused(self, level: int, now: float) -> bool:
+        """A 429 for a request sent at ``level``: True when it is a cap's (see the class)."""
+        index = self._note(level, False)
+        if not self.adaptive or index < 2:
+            return False
+        refused, accepted = self._refused_at, self._accepted_at
+        if refused[index] < accepted[index] or accepted[index - 1] <= refused[index - 1]:
+            return False  # refused no more here than taken, or no level below it taken: the pace's
+        self.cap, self._since = index - 1, now
+        return True
+
+    def _note(self, level: int, ok: bool) -> int:
+        index = min(level, self.maximum + 1)
+        answers = self._answers
+        answers.append((index, ok))
+        (self._accepted_at if ok else self._refused_at)[index] += 1
+        if len(answers) > K.CAP_EVIDENCE:
+            old, old_ok = answers.popleft()
+            (self._accepted_at if old_ok else self._refused_at)[old] -= 1
+        return index
+
+    def _wake(self) -> None:
+        waiters = self._waiters
+        while waiters and (self.cap is None or self.on_wire < self.cap):
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return

@@ -63,6 +63,16 @@ ANNOUNCED_MARGIN = 0.01  # pace this far below a limit the server announces
 SHARED_PAUSE_FULL = 2.0  # seconds: a longer Retry-After pauses every request for all of it
 MIN_PAUSE = 0.05  # seconds: the shortest shared pause (Retry-After: 0 never makes us spin)
 MIN_RATE = 1.0  # req/s; never slower than this
+# A fixed window: a 429 whose Retry-After (or an exhausted quota's reset) is longer than
+# SHARED_PAUSE_FULL names the window's end; ends less than WINDOW_SAME_END apart are one window's
+# (its volley, each Retry-After rounded up to a whole second).
+WINDOW_SAME_END = 2.0
+# A cap on requests in flight is learned from 429s at a number in flight the server, over its
+# last CAP_EVIDENCE answers, refused at least as often as it accepted; it is probed one higher
+# after CAP_PROBE_SECONDS at it (a cap mistaken from a token bucket's refusals lifts; a real one
+# costs one 429 a probe).
+CAP_EVIDENCE = 200
+CAP_PROBE_SECONDS = 10.0
 
 # -- paging ------------------------------------------------------------------------------
 MAX_PAGES = 1_000_000  # a guard against a server whose totalCount never stops growing

@@ -23,7 +23,16 @@ found with CUBIC), with the server's own words obeyed exactly:
   measure of the server).
 - **An announced limit** (``RateLimit-*``, ``X-RateLimit-*``) is obeyed exactly: its rate less
   ``ANNOUNCED_MARGIN`` is a cap, and an exhausted quota pauses every request until its reset.
-- How many requests are in flight at once is :mod:`membersync.extract.concurrency`'s.
+- **A fixed window** ("1,200 a minute", ``Retry-After`` = the window's end): a 429 whose
+  ``Retry-After`` (or an exhausted quota's reset) is longer than ``SHARED_PAUSE_FULL`` names a
+  window's end, as GitHub's and Stripe's clients read it. Every request waits for it, and the
+  window is learned: its length (from the last end, or from the night's first request) and what
+  it accepted (our successes in it), so the pace spreads a window's quota over the window, less
+  ``RATE_MARGIN``, instead of spending it early and meeting the wall. That rate is a cap, as an
+  announced one; a window learned too fast (it began before the night did) meets the next end
+  early, and that end, a whole window after this one, measures it exactly.
+- How many requests are in flight at once is :mod:`membersync.extract.concurrency`'s, and so is
+  a server's cap on them.
 
 Every number is in :mod:`membersync.extract.constants`; clock and sleep are injectable, so the
 tests run on a fake clock.
@@ -88,6 +97,11 @@ class RateLimiter:
         self.decreases = 0
         self._measured = initial is not None  # a level found (by a 429, or a night before)
         self._first_request = False  # the slow start's clock starts with the first request
+        self._night_start: float | None = None  # the first request's time
+        self._successes = 0
+        self._window_end = float("-inf")  # the last fixed window's end, once one named it
+        self._window_successes = 0  # successes up to the window's start (_window_end)
+        self._window_rate: float | None = None  # a window's quota over its length, less the margin
         if initial is not None:  # a night starts at the level the last one found: on the plateau
             self.level, self._cut_at = initial, clock() - K.REGROW_SECONDS
         elif adaptive:  # knowing no rate: a slow start from INITIAL_RATE
@@ -109,7 +123,7 @@ class RateLimiter:
         return None if self.level is None or not self._measured else max(self.level, self._reached)
 
     def _set(self, rate: float | None) -> None:
-        for limit in (self.cap, self._announced):
+        for limit in (self.cap, self._announced, self._window_rate):
             if limit is not None:
                 rate = limit if rate is None else min(rate, limit)
         self._rate = None if rate is None else max(K.MIN_RATE, rate)
@@ -117,6 +131,8 @@ class RateLimiter:
     async def wait_turn(self) -> None:
         """Wait for this request's slot: the end of a shared pause, then the pace."""
         now = self._clock()
+        if self._night_start is None:
+            self._night_start = now
         if self._first_request:
             self._first_request, self._cut_at = False, now
         if self.paused_until > now:
@@ -135,6 +151,9 @@ class RateLimiter:
     def on_success(self, now: float, latency: float | None = None) -> None:
         if latency is not None:
             self.latency += K.LATENCY_SMOOTHING * (latency - self.latency)
+        self._successes += 1
+        if now < self._window_end:  # sent before the window's end was named: that window's
+            self._window_successes += 1
         answers = self._answers
         answers.append(now)
         while answers[0] < now - K.ACCEPT_WINDOW:
@@ -191,6 +210,8 @@ class RateLimiter:
         episode. True when this 429 cut the pace (the concurrency limit is cut with it)."""
         now = self._clock()
         self._pause(now, self._shared_pause(retry_after))
+        if self.adaptive and retry_after is not None and retry_after > K.SHARED_PAUSE_FULL:
+            return self._window_ended(now, now + retry_after)
         refused = self._refused
         refused.append(now)
         while refused[0] < now - K.ACCEPT_WINDOW:
@@ -223,6 +244,24 @@ class RateLimiter:
         self._set(self.level * (1.0 - K.RATE_MARGIN))
         return True
 
+    def _window_ended(self, now: float, end: float) -> bool:
+        """A fixed window ends at ``end``: learn what it accepted over its length and pace at
+        that, less the margin (see the module's docstring). True when this one taught it."""
+        if end < self._window_end + K.WINDOW_SAME_END:
+            return False  # the end already named: the rest of its volley
+        begun = self._window_end if self._window_end > float("-inf") else self._night_start
+        accepted = self._successes - self._window_successes
+        self._window_end, self._window_successes = end, self._successes
+        if begun is None or accepted < 1 or end <= begun:
+            return False
+        rate = accepted / (end - begun)
+        self.level, self._cut_at, self._reached = rate, now, 0.0
+        self._slow_start, self._measured = False, True
+        self._window_rate = rate * (1.0 - K.RATE_MARGIN)
+        self.decreases += 1
+        self._set(self._window_rate)
+        return True
+
     def _shared_pause(self, retry_after: float | None) -> float:
         """Every request's pause: a long ``Retry-After`` whole (the server is out for a while), a
         short one (a token bucket's rounded-up second) two intervals at the new pace."""
@@ -236,7 +275,10 @@ class RateLimiter:
             self._announced = limit.rate * (1.0 - K.ANNOUNCED_MARGIN)
             self._set(self._rate if self._rate is not None else self._announced)
         if limit.remaining is not None and limit.remaining <= 0 and limit.reset is not None:
-            self._pause(self._clock(), max(limit.reset, K.MIN_PAUSE))
+            now = self._clock()
+            self._pause(now, max(limit.reset, K.MIN_PAUSE))
+            if self.adaptive and limit.rate is None and limit.reset > K.SHARED_PAUSE_FULL:
+                self._window_ended(now, now + limit.reset)  # a window of unsaid length: learned
 
     def _pause(self, now: float, seconds: float) -> None:
         self.paused_until = max(self.paused_until, now + seconds)

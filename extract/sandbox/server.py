@@ -37,6 +37,7 @@ from aiohttp import web
 from membersync.extract import catalogue
 from membersync.extract.profile import Profile
 from membersync.extract.sandbox import days, population
+from membersync.extract.sandbox.limits import Limiter, check_limits, limiter_for
 from membersync.extract.sandbox.state import Service
 from membersync.extract.sandbox.validation import ApiError, bad, parse_date, parse_utc
 from membersync.extract.settings import SettingsError
@@ -74,6 +75,10 @@ class SandboxConfig:
     burst: float | None = None  # token-bucket capacity (default: rate, at least 1)
     lazy: bool = False  # fill clients' holdings on first use (fast start-up; see state.Service)
     announce_limits: bool = False  # RateLimit-* headers (IETF draft) on every answer, when rate > 0
+    # A fixed window instead of the token bucket: rate x window requests per window of this many
+    # seconds, counted from its first request; beyond them 429 until it ends (0: a token bucket)
+    window: float = 0.0
+    max_in_flight: int = 0  # 429 when more than this many of a credential's requests are open (0: no cap)
     # the last days before the anchor are business days (sales, payments, freezes: sandbox/days.py),
     # so the data reaches the night before the anchor (0: generated activity ends days earlier)
     recent_days: int = 0
@@ -95,6 +100,7 @@ class SandboxConfig:
             raise SettingsError("sandbox burst must be >= 1 request")
         if not (math.isfinite(config.latency_ms) and config.latency_ms >= 0):
             raise SettingsError("sandbox latency must be >= 0 ms")
+        check_limits(config.rate, config.burst, config.window, config.max_in_flight)
         if not 0.0 <= config.fault_rate <= 1.0:
             raise SettingsError("sandbox fault rate must be between 0 and 1")
         if not config.username or ":" in config.username:
@@ -114,12 +120,14 @@ class SandboxConfig:
     def describe(self) -> str:
         """One line for logs: every setting but the credentials (Basic user and password)."""
         rate = f"{self.rate:g}/s burst {self.burst or max(1.0, self.rate):g}" if self.rate else "unlimited"
+        if self.rate and self.window:
+            rate = f"{self.rate:g}/s in {self.window:g}-s windows"
         profile = self.profile.source if self.profile else "contract"
         return (
             f"clients={self.clients} stores={self.stores} seed={self.seed} anchor={self.anchor} "
             f"rate={rate} latency_ms={self.latency_ms:g} fault_rate={self.fault_rate:g} "
             f"drift={self.drift} profile={profile} lazy={self.lazy} announce_limits={self.announce_limits} "
-            f"recent_days={self.recent_days}"
+            f"recent_days={self.recent_days} max_in_flight={self.max_in_flight}"
         )
 
 
@@ -132,6 +140,8 @@ class SandboxStats:
     by_endpoint: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)  # by kind, + "write_applied"
     rate_limited: int = 0
+    over_in_flight: int = 0  # of the 429s: more than max_in_flight open at once
+    peak_in_flight: int = 0  # the most of one credential's requests open at once
     unauthorized: int = 0
     # Answers per second of the server's monotonic clock, for measuring a client's pace at the
     # server: requests let through the token bucket, and requests refused with a 429.
@@ -155,6 +165,8 @@ class SandboxStats:
             "faults": dict(self.faults),
             "faults_injected": self.faults_injected,
             "rate_limited": self.rate_limited,
+            "over_in_flight": self.over_in_flight,
+            "peak_in_flight": self.peak_in_flight,
             "unauthorized": self.unauthorized,
             "passed_per_second": dict(self.passed_per_second),
             "refused_per_second": dict(self.refused_per_second),
@@ -165,33 +177,6 @@ class SandboxStats:
 STATS_PATH = "/_sandbox/stats"
 LOOP_TICK = 0.05  # seconds between the loop watch's wake-ups (an idle sandbox: 0.5 % of a core)
 LOOP_LATE_NOTED = 0.01  # seconds late: a wake-up later than this is noted in the stats
-
-
-class TokenBucket:
-    """``rate`` tokens per second, at most ``capacity``; a request takes one."""
-
-    def __init__(self, rate: float, capacity: float) -> None:
-        self.rate, self.capacity = rate, capacity
-        self.tokens, self.stamp = capacity, time.monotonic()
-
-    def take(self) -> float:
-        """0 when the request may pass, else the seconds until a token is there."""
-        now = time.monotonic()
-        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
-
-    def announce(self) -> dict[str, str]:
-        """The bucket as ``RateLimit-*`` headers (IETF draft): ``rate`` per 1 s window."""
-        return {
-            "RateLimit-Limit": f"{self.rate:g}",
-            "RateLimit-Remaining": str(int(self.tokens)),
-            "RateLimit-Reset": str(math.ceil((1 - self.tokens) / self.rate)) if self.tokens < 1 else "0",
-            "RateLimit-Policy": f"{self.rate:g};w=1",
-        }
 
 
 def build_service(config: SandboxConfig) -> Service:
@@ -251,7 +236,8 @@ class SandboxServer:
             self.routes[(ep.method, ep.path)] = _Route(ep, params)
             self.methods.setdefault(ep.path, []).append(ep.method)
         self._accept_credentials(config.username, config.password)
-        self._buckets: dict[str, TokenBucket] = {}
+        self._buckets: dict[str, Limiter] = {}
+        self._open: Counter[str] = Counter()  # requests open per credential (max_in_flight)
         self._burst = config.burst or max(1.0, config.rate)
         self._faults = random.Random(config.seed ^ 0x5EED)
         self._watch: asyncio.Task[None] | None = None
@@ -295,6 +281,30 @@ class SandboxServer:
                 ApiError(401, "unauthorized", "missing or wrong Basic credentials"),
                 {"WWW-Authenticate": 'Basic realm="svcapi"'},
             )
+        cap = self.config.max_in_flight
+        if not cap:
+            return await self._limited(request, user)
+        open_now = self._open[user]
+        if open_now >= cap:  # the cap is checked first: a request it refuses takes no token
+            return self._over_in_flight(cap)
+        self._open[user] = open_now + 1
+        stats.peak_in_flight = max(stats.peak_in_flight, open_now + 1)
+        try:
+            return await self._limited(request, user)
+        finally:
+            self._open[user] -= 1
+
+    def _over_in_flight(self, cap: int) -> web.Response:
+        stats = self.stats
+        stats.refused_per_second[int(time.monotonic())] += 1
+        stats.rate_limited += 1
+        stats.over_in_flight += 1
+        error = ApiError(429, "rate_limited", f"too many requests in flight: at most {cap} at once")
+        return self._error(error, {"Retry-After": "1"})
+
+    async def _limited(self, request: web.BaseRequest, user: str) -> web.StreamResponse:
+        """The request past the credentials (and the cap): the rate, the route, the answer."""
+        stats = self.stats
         limit_headers, refusal = self._rate_limit(user)
         if refusal is not None:
             return refusal
@@ -324,9 +334,10 @@ class SandboxServer:
 
     def _rate_limit(self, user: str) -> tuple[dict[str, str] | None, web.Response | None]:
         """The user's bucket takes this request: its headers (when announced), and a 429 if empty."""
-        if self.config.rate <= 0:
-            return None, None
         stats = self.stats
+        if self.config.rate <= 0:
+            stats.passed_per_second[int(time.monotonic())] += 1  # (a cap's pace, measured at the server)
+            return None, None
         bucket = self._bucket(user)
         wait = bucket.take()
         limit_headers = bucket.announce() if self.config.announce_limits else None
@@ -537,10 +548,11 @@ class SandboxServer:
         self._username = username.encode()
         self._password = password.encode()
 
-    def _bucket(self, user: str) -> TokenBucket:
+    def _bucket(self, user: str) -> Limiter:
         bucket = self._buckets.get(user)
         if bucket is None:
-            bucket = self._buckets[user] = TokenBucket(self.config.rate, self._burst)
+            config = self.config
+            bucket = self._buckets[user] = limiter_for(config.rate, self._burst, config.window)
         return bucket
 
 

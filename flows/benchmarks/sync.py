@@ -89,6 +89,8 @@ def sandbox_process(
     latency_ms: float = 0.0,
     burst: float | None = None,
     announce_limits: bool = False,
+    window: float = 0.0,
+    max_in_flight: int = 0,
 ) -> Iterator[str]:
     """A ``membersync sandbox`` subprocess on loopback; yields its URL once it answers."""
     port = free_port()
@@ -107,6 +109,8 @@ def sandbox_process(
         str(latency_ms),
         *(["--burst", str(burst)] if burst is not None else []),
         *(["--announce-limits"] if announce_limits else []),
+        *(["--window", str(window)] if window else []),
+        *(["--max-in-flight", str(max_in_flight)] if max_in_flight else []),
     ]
     env = {**os.environ, "SANDBOX_USERNAME": USERNAME, "SANDBOX_PASSWORD": PASSWORD}
     with _sigterm_unwinds():

@@ -98,6 +98,13 @@ def sandbox(
     announce_limits: Annotated[
         bool, typer.Option("--announce-limits", help="send RateLimit-* headers with every answer")
     ] = False,
+    window: Annotated[
+        float,
+        typer.Option(help="a fixed window of rate x SECONDS requests instead of the token bucket (0: none)"),
+    ] = 0.0,
+    max_in_flight: Annotated[
+        int, typer.Option("--max-in-flight", help="429 when more than N requests are open (0: no cap)")
+    ] = 0,
     anchor_date: Annotated[
         str | None, typer.Option("--anchor-date", help="data is generated up to this date (default: today)")
     ] = None,
@@ -134,6 +141,8 @@ def sandbox(
             password=password,
             burst=burst,
             announce_limits=announce_limits,
+            window=window,
+            max_in_flight=max_in_flight,
             anchor_date=parse_date(anchor_date),
             recent_days=recent_days,
             drift=drift,
@@ -403,12 +412,30 @@ def bench(
     history_cost: Annotated[
         bool, typer.Option("--history-cost", help="requests and bytes: whole histories vs the window")
     ] = False,
+    window: Annotated[
+        float,
+        typer.Option(help="rate matrix: a fixed window of rate x SECONDS at each rate (whole nights)"),
+    ] = 0.0,
+    max_in_flight: Annotated[
+        str,
+        typer.Option("--max-in-flight", help="rate matrix: caps on requests in flight, N,N (whole nights)"),
+    ] = "",
+    ideal: Annotated[
+        bool, typer.Option("--ideal", help="rate matrix, whole nights: each row also told the limit")
+    ] = False,
 ) -> None:
     """Measure throughput, CPU per request and peak memory; print the figures."""
     from membersync.flows.benchmarks.sync import run_bench_cli, run_history_cost, run_rate_matrix
 
     if history_cost:
         raise typer.Exit(run_history_cost((clients or [10_000])[0]))
+    if rate_matrix and (window or max_in_flight or ideal):
+        from membersync.flows.benchmarks.whole_night import limits_from, run
+
+        latency_list = guarded(lambda: _numbers(latencies, "--latencies"))
+        caps = guarded(lambda: _caps(max_in_flight, latency_list))
+        limits = guarded(lambda: limits_from(_numbers(rates, "--rates"), bursts.split(","), window, caps))
+        raise typer.Exit(run(limits, latency_list, (clients or [1_500])[0], markdown, next_night, ideal))
     if rate_matrix:
         numbers = guarded(lambda: _numbers(rates, "--rates") + _numbers(latencies, "--latencies"))
         split = len(rates.split(","))
@@ -459,6 +486,18 @@ def _numbers(text: str, option: str) -> list[float]:
         return [float(x) for x in text.split(",")]
     except ValueError:
         raise UsageError(f"{option} takes numbers separated by commas, got {text!r}") from None
+
+
+def _caps(text: str, latencies: list[float]) -> list[int]:
+    """``--max-in-flight``: whole numbers >= 1, each measured at latencies above 0 (N / latency)."""
+    if not text:
+        return []
+    caps = _numbers(text, "--max-in-flight")
+    if any(c < 1 or c != int(c) for c in caps):
+        raise UsageError(f"--max-in-flight takes whole numbers >= 1, got {text!r}")
+    if any(latency <= 0 for latency in latencies):
+        raise UsageError("--max-in-flight needs --latencies above 0: a cap's limit is N / latency")
+    return [int(c) for c in caps]
 
 
 def main() -> None:

@@ -84,3 +84,36 @@ async def _follow_the_announced_limit(url: str) -> tuple[int, float | None, int]
                 numbers += [c["clientNumber"] for c in page.items]
         await asyncio.gather(*(client.clientdetails(n) for n in numbers * 3))
         return client.stats.status_429, client.rate.rate, client.stats.requests
+
+
+def test_case_a_cap_on_requests_in_flight_is_learned_and_held_without_cutting_the_pace() -> None:
+    """Case: a server that refuses more than 4 requests open at once (20 ms each). The client
+    learns the cap from the 429s (one or two, then one a probe) and holds the wire at it: the
+    pace is never cut for them, and the server's count of refusals over its cap is ours."""
+    with sandbox_process(30, latency_ms=20.0, max_in_flight=4) as url:
+        client_stats = asyncio.run(_many_at_once(url, 800))
+        served = httpx.get(f"{url}{STATS_PATH}").json()
+    refused, requests, cap, decreases = client_stats
+    assert cap == 4
+    assert decreases == 0, "a cap's 429s cut the pace"
+    assert served["over_in_flight"] == refused and refused <= 4, f"{refused} of {requests} answered 429"
+
+
+def test_case_a_fixed_window_is_learned_and_later_windows_end_without_a_429() -> None:
+    """Case: 160 requests a 4-s window (40/s). The first window's quota goes early and its end
+    refuses a volley; from then on the pace spreads a window's quota over it, and the server
+    refuses nothing after the first window."""
+    with sandbox_process(30, rate=40.0, window=4.0) as url:
+        refused, _requests, _cap, _decreases = asyncio.run(_many_at_once(url, 800))
+        served = httpx.get(f"{url}{STATS_PATH}").json()
+    passed = {int(s): n for s, n in served["passed_per_second"].items()}
+    refusals = {int(s): n for s, n in served["refused_per_second"].items()}
+    first = min(passed)
+    assert refusals and max(refusals) <= first + 5, f"429s after the first window: {refusals}"
+    assert served["rate_limited"] == refused
+
+
+async def _many_at_once(url: str, count: int) -> tuple[int, int, int | None, int]:
+    async with ServiceClient(url, SANDBOX_USERNAME, SANDBOX_PASSWORD) as client:
+        await asyncio.gather(*(client.storelist() for _ in range(count)))
+        return client.stats.status_429, client.stats.requests, client.cap.cap, client.rate.decreases

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from membersync.extract import constants as K
-from membersync.extract.concurrency import AdaptiveConcurrency, work_started
+from membersync.extract.concurrency import AdaptiveConcurrency, InFlightCap, work_started
 from membersync.extract.limits import RateLimiter
 
 
@@ -108,3 +108,80 @@ def test_case_waiters_of_an_earlier_start_go_first_then_in_arrival_order() -> No
         assert sem.in_flight == 1
 
     run(go())
+
+
+# --- a server's cap on requests in flight ----------------------------------------------------------
+
+
+def answered_at(cap: InFlightCap, levels: range, times: int, now: float = 0.0) -> None:
+    for _ in range(times):
+        for level in levels:
+            cap.accepted(level, now)
+
+
+def test_case_a_cap_is_learned_where_the_server_refuses_what_it_took_one_lower() -> None:
+    """Case: a server that takes 4 at once. Answers came at 1..4 on the wire; a 429 at 5 is a
+    cap's: the cap is 4, the pace is left alone (True), and a fifth request waits on the wire
+    until one of the four is answered."""
+
+    async def go() -> None:
+        cap = InFlightCap(128)
+        answered_at(cap, range(1, 5), 20)
+        assert cap.refused(5, now=1.0) and cap.cap == 4
+        levels = [await cap.sent() for _ in range(4)]
+        assert levels == [1, 2, 3, 4]
+        fifth = asyncio.ensure_future(cap.sent())
+        await asyncio.sleep(0)
+        assert not fifth.done()
+        cap.done()
+        assert await fifth == 4 and cap.on_wire == 4
+
+    run(go())
+
+
+def test_case_a_token_bucket_s_429s_stay_the_pace_s() -> None:
+    """Case: a bucket refuses at any level about as often as it takes there: no cap. Neither is
+    a 429 at 1 on the wire (a night's first), nor one at a level with none taken below it."""
+    bucket = InFlightCap(128)
+    answered_at(bucket, range(1, 8), 20)
+    assert not any(bucket.refused(level, now=1.0) for level in (3, 5, 6, 7, 3, 5))
+    assert bucket.cap is None
+    first = InFlightCap(128)
+    assert not first.refused(1, now=0.0) and first.cap is None
+    assert not first.refused(3, now=0.0) and first.cap is None  # nothing taken at 2
+
+
+def test_case_a_cap_is_probed_one_higher_now_and_then_and_learned_again() -> None:
+    """Case: after CAP_PROBE_SECONDS at a cap of 4 one more goes on the wire; a real cap refuses
+    it (the cap is 4 again: one 429 a probe); a mistaken one takes it, and the cap stays lifted."""
+    cap = InFlightCap(128)
+    answered_at(cap, range(1, 5), 20)
+    assert cap.refused(5, now=0.0) and cap.cap == 4
+    cap.accepted(4, now=K.CAP_PROBE_SECONDS - 0.1)
+    assert cap.cap == 4
+    cap.accepted(4, now=K.CAP_PROBE_SECONDS)
+    assert cap.cap == 5
+    assert cap.refused(5, now=K.CAP_PROBE_SECONDS + 0.1) and cap.cap == 4
+    lifted = InFlightCap(128)
+    answered_at(lifted, range(1, 5), 20)
+    assert lifted.refused(5, now=0.0)
+    lifted.accepted(4, now=K.CAP_PROBE_SECONDS)
+    answered_at(lifted, range(5, 6), 5, now=K.CAP_PROBE_SECONDS + 0.1)
+    assert lifted.cap == 5 and not lifted.refused(5, now=K.CAP_PROBE_SECONDS + 0.2)
+
+
+def test_the_evidence_is_the_last_answers_only() -> None:
+    """What the server did long ago (a night's first seconds, another server's cap) is
+    forgotten after CAP_EVIDENCE answers: refusals at 5 then, takes at 5 now."""
+    cap = InFlightCap(128)
+    answered_at(cap, range(1, 5), 5)
+    for _ in range(10):
+        cap.refused(5, now=0.0)
+    answered_at(cap, range(1, 6), K.CAP_EVIDENCE // 5)
+    assert not cap.refused(5, now=1.0)
+
+
+def test_not_adaptive_learns_no_cap() -> None:
+    cap = InFlightCap(128, adaptive=False)
+    answered_at(cap, range(1, 5), 20)
+    assert not cap.refused(5, now=0.0) and cap.cap is None

@@ -399,3 +399,96 @@ def test_case_a_429_under_an_announced_limit_never_lifts_the_cap() -> None:
     limiter.on_rate_limited(started=t.now, retry_after=1.0)
     answered(limiter, t, 39.6, 10 * K.REGROW_SECONDS)
     assert limiter.rate <= 40.0 * (1 - K.ANNOUNCED_MARGIN)  # type: ignore[operator]
+
+
+# --- a fixed window ----------------------------------------------------------------------------------
+
+
+class Window:
+    """A server's fixed window: ``quota`` requests a window of ``seconds`` from its first request
+    (or, with ``began``, windows on a clock of their own); beyond, refused until it ends, with the
+    sandbox's ``Retry-After``: the seconds to the window's end, rounded up."""
+
+    def __init__(self, quota: int, seconds: float, began: float | None = None) -> None:
+        self.quota, self.seconds = quota, seconds
+        self.start, self.used = (began if began is not None else float("-inf")), 0
+
+    def take(self, now: float) -> float:
+        """0 when the request passes, else its Retry-After."""
+        if now >= self.start + self.seconds:
+            ends = (now - self.start) // self.seconds if self.start > float("-inf") else 0
+            self.start, self.used = (self.start + ends * self.seconds if ends else now), 0
+        if self.used < self.quota:
+            self.used += 1
+            return 0.0
+        return float(-(-(self.start + self.seconds - now) // 1))
+
+
+def window_night(window: Window, seconds: float, latency: float = 0.02) -> tuple[list[float], RateLimiter]:
+    """One sender at a window for ``seconds``: the times of its refusals, and its limiter."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    start, refusals = t.now, []
+
+    async def go() -> None:
+        while t.now - start < seconds:
+            await limiter.wait_turn()
+            sent = t.now
+            t.now += latency
+            retry_after = window.take(sent)
+            if retry_after:
+                refusals.append(sent - start)
+                limiter.on_rate_limited(sent, retry_after=retry_after)
+            else:
+                limiter.on_success(t.now, latency)
+
+    run(go())
+    return refusals, limiter
+
+
+def test_case_a_fixed_window_is_learned_from_its_end_and_its_quota_spread_over_it() -> None:
+    """Case: 1,200 requests a minute, Retry-After the window's end. The first window's quota is
+    spent early (nothing told us) and its end refuses once; from then on the pace is the
+    window's quota over its length, less the margin, and no window ends in a refusal."""
+    refusals, limiter = window_night(Window(1200, 60.0), seconds=600.0)
+    assert len(refusals) == 1 and refusals[0] < 60.0, refusals
+    assert limiter.rate == pytest.approx(20.0 * (1 - K.RATE_MARGIN), rel=0.02)
+    assert limiter.found == pytest.approx(20.0, rel=0.02)  # the next night starts at the window's rate
+
+
+def test_case_a_window_begun_before_the_night_is_measured_at_its_next_end() -> None:
+    """Case: the server's windows run on its own clock, the first one 30 s old when the night
+    begins: its quota over the 30 s left reads twice the rate. The next end comes early, a whole
+    window after the first: that one measures the window exactly, and no later one refuses."""
+    refusals, limiter = window_night(Window(1200, 60.0, began=1000.0 - 30.0), seconds=600.0)
+    assert len(refusals) == 2 and refusals[1] < 90.0, refusals
+    assert limiter.rate == pytest.approx(20.0 * (1 - K.RATE_MARGIN), rel=0.02)
+
+
+def test_a_window_s_volley_is_one_end_and_a_spent_window_teaches_nothing() -> None:
+    """The other 429s of a window's end name the same end (each rounded up): learned once. A
+    window spent before any answer of ours (another sender's quota) teaches no rate."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    run(limiter.wait_turn())
+    assert not limiter.on_rate_limited(t.now, retry_after=40.0)  # nothing of ours accepted
+    assert limiter.rate == K.INITIAL_RATE and limiter.paused_until == pytest.approx(t.now + 40.0)
+    t.now += 40.0
+    answered(limiter, t, 50.0, 20.0)
+    assert limiter.on_rate_limited(t.now, retry_after=40.0)  # 1,000 in the 60 s since that end
+    learned = limiter.rate
+    assert learned == pytest.approx(1000 / 60.0 * (1 - K.RATE_MARGIN), rel=0.01)
+    assert not limiter.on_rate_limited(t.now + 0.3, retry_after=40.0)  # the same end, its volley
+    assert limiter.rate == learned
+
+
+def test_an_exhausted_quota_s_long_reset_teaches_the_window_too() -> None:
+    """``RateLimit-Remaining: 0`` with a reset and no window length (no policy): its reset names
+    the window's end as a Retry-After does."""
+    t = FakeTime()
+    limiter = RateLimiter(clock=t.clock, sleep=t.sleep)
+    run(limiter.wait_turn())
+    answered(limiter, t, 100.0, 12.0)  # 1,200 accepted in the first 12 s
+    limiter.on_announced(RateAnnouncement(rate=None, remaining=0.0, reset=48.0))
+    assert limiter.paused_until == pytest.approx(t.now + 48.0)
+    assert limiter.rate == pytest.approx(1200 / 60.0 * (1 - K.RATE_MARGIN), rel=0.01)

@@ -9,6 +9,7 @@ as a subprocess answering ``curl``. Ground truth is the sandbox's ``Service``, r
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import json
@@ -1002,6 +1003,55 @@ def test_rate_limit_answers_429_with_retry_after(fresh_sandbox: Callable[..., Ru
         assert int(response.headers["Retry-After"]) >= 1
         assert error_of(response)["code"] == "rate_limited"
     assert running.stats.rate_limited == len(limited)
+
+
+def test_a_fixed_window_refuses_past_its_quota_until_its_end(
+    fresh_sandbox: Callable[..., RunningSandbox],
+) -> None:
+    """``--window 30`` at 0.1/s: 3 requests a 30-s window, then 429 with Retry-After the window's
+    end (not a token's next second); announced, the window's own RateLimit-* headers."""
+    running = fresh_sandbox(clients=5, rate=0.1, window=30.0, announce_limits=True)
+    with httpx.Client(base_url=running.url, auth=AUTH) as client:
+        statuses = [client.get(P + "stores/storelist") for _ in range(5)]
+    assert [r.status_code for r in statuses] == [200, 200, 200, 429, 429]
+    assert 28 <= int(statuses[3].headers["Retry-After"]) <= 30
+    assert statuses[0].headers["RateLimit-Policy"] == "3;w=30"
+    assert statuses[2].headers["RateLimit-Remaining"] == "0"
+    assert running.stats.rate_limited == 2
+
+
+def test_a_cap_on_requests_in_flight_refuses_the_one_past_it(
+    fresh_sandbox: Callable[..., RunningSandbox],
+) -> None:
+    """``--max-in-flight 2`` (200 ms latency): of 5 requests open at once, 2 are answered and 3
+    refused at once with a 429; one at a time, none is."""
+    running = fresh_sandbox(clients=5, max_in_flight=2, latency_ms=200)
+
+    async def at_once() -> list[int]:
+        async with httpx.AsyncClient(base_url=running.url, auth=AUTH) as client:
+            answers = await asyncio.gather(*(client.get(P + "stores/storelist") for _ in range(5)))
+        return sorted(r.status_code for r in answers)
+
+    assert asyncio.run(at_once()) == [200, 200, 429, 429, 429]
+    assert running.stats.over_in_flight == 3 and running.stats.peak_in_flight == 2
+    with httpx.Client(base_url=running.url, auth=AUTH) as client:
+        assert {client.get(P + "stores/storelist").status_code for _ in range(3)} == {200}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"window": 60.0}, "window needs a rate"),
+        ({"rate": 20.0, "window": 60.0, "burst": 5.0}, "fixed window has none"),
+        ({"rate": 20.0, "window": -1.0}, "window must be >= 0"),
+        ({"max_in_flight": -1}, "max in flight"),
+    ],
+)
+def test_limit_settings_that_cannot_be_are_refused(
+    fresh_sandbox: Callable[..., RunningSandbox], config: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
+        fresh_sandbox(clients=5, **config)
 
 
 def test_the_stats_say_when_the_loop_was_held_back(fresh_sandbox: Callable[..., RunningSandbox]) -> None:
