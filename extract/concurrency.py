@@ -134,7 +134,10 @@ class InFlightCap:
         self.on_wire = 0
         self.cap: int | None = None  # learned (:meth:`refused`); None: none known
         self._since = 0.0  # when the cap was last set
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        # (rank, arrival, future), served by rank as the slots are: a cap held on the wire
+        # still lets a night's earlier batch end first (a cancelled entry surfaces and is skipped)
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
         # the last CAP_EVIDENCE answers: (level, accepted), and their counts by level
         self._answers: deque[tuple[int, bool]] = deque()
         self._accepted_at = [0] * (maximum + 2)
@@ -144,14 +147,12 @@ class InFlightCap:
         """Wait for room on the wire under a learned cap; the request's level."""
         while self.cap is not None and self.on_wire >= self.cap:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
+            heapq.heappush(self._waiters, (_RANK.get(), next(self._arrivals), fut))
             try:
                 await fut
             except asyncio.CancelledError:
                 if fut.done() and not fut.cancelled():
                     self._wake()  # woken just as it was cancelled: wake the next instead
-                else:
-                    self._waiters.remove(fut)
                 raise
         self.on_wire += 1
         return self.on_wire
@@ -193,7 +194,7 @@ class InFlightCap:
     def _wake(self) -> None:
         waiters = self._waiters
         while waiters and (self.cap is None or self.on_wire < self.cap):
-            fut = waiters.popleft()
+            fut = heapq.heappop(waiters)[2]
             if not fut.done():
                 fut.set_result(None)
                 return

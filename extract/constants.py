@@ -72,7 +72,7 @@ WINDOW_SAME_END = 2.0
 # after CAP_PROBE_SECONDS at it (a cap mistaken from a token bucket's refusals lifts; a real one
 # costs one 429 a probe).
 CAP_EVIDENCE = 200
-CAP_PROBE_SECONDS = 10.0
+CAP_PROBE_SECONDS = 30.0
 
 # -- paging ------------------------------------------------------------------------------
 MAX_PAGES = 1_000_000  # a guard against a server whose totalCount never stops growing

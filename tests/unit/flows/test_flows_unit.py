@@ -304,6 +304,33 @@ def test_case_the_rate_matrix_measures_from_the_measured_nights_first_second() -
     assert whole_429 == pytest.approx(3 / (19 * 15 + 7 + 3))
 
 
+def test_case_whole_nights_measure_a_window_s_wait_and_a_cap_s_limit_is_n_over_the_latency() -> None:
+    """Case: a fixed window's night asks in bursts with waits between (the server's due): the
+    share is over every second from the first request to the last, waits included. A cap of 4 at
+    20 ms sustains 200/s. The rows are each limit once (burst ``R`` is the rate)."""
+    from membersync.flows.benchmarks.whole_night import ServerLimit, asked_share, limits_from
+
+    # Truth, by hand: 1,200 let through in seconds 0-9 and 600 in 60-69, 3 refused at 10: 70 s.
+    passed = {**{str(s): 120 for s in range(10)}, **{str(s): 60 for s in range(60, 70)}}
+    share, share_429, seconds = asked_share(
+        {"passed_per_second": passed, "refused_per_second": {"10": 3}}, {}, sustained=20.0
+    )
+    assert seconds == 70 and share == pytest.approx(1800 / 70 / 20) and share_429 == pytest.approx(3 / 1803)
+    assert ServerLimit(cap=4).sustained(20.0) == pytest.approx(200.0)
+    assert ServerLimit(cap=16).sustained(50.0) == pytest.approx(320.0)
+    assert ServerLimit(rate=20.0, window=60.0).label == "1,200 per 60 s"
+    assert ServerLimit(cap=4).told() == {"MEMBERSYNC_MAX_CONCURRENCY": "4"}
+    assert limits_from([200.0], ["5", "R", "200"], 0.0, []) == [
+        ServerLimit(rate=200.0, burst=5.0),
+        ServerLimit(rate=200.0, burst=200.0),
+    ]
+    assert limits_from([20.0, 200.0], ["5"], 60.0, []) == [
+        ServerLimit(rate=20.0, window=60.0),
+        ServerLimit(rate=200.0, window=60.0),
+    ]
+    assert limits_from([20.0], ["5"], 60.0, [4, 16, 4]) == [ServerLimit(cap=4), ServerLimit(cap=16)]
+
+
 def test_the_collector_is_off_while_loading_then_on_again_and_what_was_loaded_is_frozen() -> None:
     """Case: nightgc.quiet_while_loading around an import (Prefect's, at a night's start)."""
     import gc
