@@ -129,22 +129,29 @@ class RateLimiter:
         self._rate = None if rate is None else max(K.MIN_RATE, rate)
 
     async def wait_turn(self) -> None:
-        """Wait for this request's slot: the end of a shared pause, then the pace."""
+        """Wait for this request's slot: the end of a shared pause, then the pace. A pause that
+        began while it waited for its slot (a 429 meanwhile) is waited out too, and a new slot
+        taken after it: a slot given before a window's end or a bucket's refusal is no licence."""
         now = self._clock()
         if self._night_start is None:
             self._night_start = now
         if self._first_request:
             self._first_request, self._cut_at = False, now
-        if self.paused_until > now:
-            await self._sleep(self.paused_until - now)
-            now = self._clock()
-        rate = self._rate
-        if rate is None:
-            return
-        slot = max(self._tat, now)
-        self._tat = slot + 1.0 / rate
-        if slot > now:
+        while True:
+            if self.paused_until > now:
+                await self._sleep(self.paused_until - now)
+                now = self._clock()
+            rate = self._rate
+            if rate is None:
+                return
+            slot = max(self._tat, now)
+            self._tat = slot + 1.0 / rate
+            if slot <= now:
+                return
             await self._sleep(slot - now)
+            now = self._clock()
+            if self.paused_until <= now:
+                return
 
     # -- what the server answered -------------------------------------------------------------
 

@@ -492,3 +492,28 @@ def test_an_exhausted_quota_s_long_reset_teaches_the_window_too() -> None:
     limiter.on_announced(RateAnnouncement(rate=None, remaining=0.0, reset=48.0))
     assert limiter.paused_until == pytest.approx(t.now + 48.0)
     assert limiter.rate == pytest.approx(1200 / 60.0 * (1 - K.RATE_MARGIN), rel=0.01)
+
+
+def test_a_pause_that_begins_while_a_request_waits_for_its_slot_holds_it_too() -> None:
+    """Case: at a window's end, the requests already given a slot (up to one a slot ahead each)
+    were sent anyway, into the wall: one 429 each (a 20/s window's night: 102 refused). A pause
+    that begins while a request waits for its slot holds it to the pause's end, then a new slot."""
+    t = FakeTime()
+
+    async def sleep(seconds: float) -> None:  # the fake clock's, but yielding: others run meanwhile
+        await t.sleep(seconds)
+        await asyncio.sleep(0)
+
+    limiter = RateLimiter(initial=10.0, clock=t.clock, sleep=sleep)
+
+    async def go() -> float:
+        run_first = asyncio.ensure_future(limiter.wait_turn())  # at once
+        waiting = asyncio.ensure_future(limiter.wait_turn())  # its slot 0.1 s on
+        await asyncio.sleep(0)
+        await run_first
+        limiter.on_rate_limited(t.now, retry_after=30.0)  # the window ends, 30 s to go
+        await waiting
+        return t.now
+
+    started = t.now
+    assert run(go()) - started >= 30.0
