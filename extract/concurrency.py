@@ -119,11 +119,15 @@ class InFlightCap:
 
     Each request notes how many were on the wire when it was sent, itself included (its
     *level*). A 429 at a level the server, over its last ``CAP_EVIDENCE`` answers, refused at
-    least as often as it accepted, while it accepted the level below more often than it refused
-    it, is a cap's and not a pace's: the level below is the cap, and a request beyond it waits
+    least as often as it accepted, while it accepted the level below and refused nothing at any
+    level below (a cap of N never refuses a request sent with N or fewer on the wire: the server
+    counts no more than we do), is a cap's and not a pace's: the level below is the cap, and a
+    request beyond it waits
     for one on the wire to be answered (the adaptive limit's slots also hold those waiting for the
     pace, so the cap gates the wire itself). A token bucket refuses at every level about as often
-    as it accepts there, so its 429s stay the pace's; a cap mistaken from the top of its levels
+    as it accepts there (an emptied bucket's volley at every level at once: a cap read from its
+    counts alone held a night at 3 on the wire, 92 % of a 200/s bucket), so its 429s stay the
+    pace's; a cap mistaken from the top of its levels
     costs little, and every ``CAP_PROBE_SECONDS`` at a cap one more is let on the wire: a real
     cap refuses it (one 429, and the cap is learned again), a mistaken one lifts.
     """
@@ -176,8 +180,8 @@ class InFlightCap:
         if not self.adaptive or index < 2:
             return False
         refused, accepted = self._refused_at, self._accepted_at
-        if refused[index] < accepted[index] or accepted[index - 1] <= refused[index - 1]:
-            return False  # refused no more here than taken, or no level below it taken: the pace's
+        if refused[index] < accepted[index] or not accepted[index - 1] or any(refused[1:index]):
+            return False  # refused no more here than taken, or anything refused below: the pace's
         self.cap, self._since = index - 1, now
         return True
 

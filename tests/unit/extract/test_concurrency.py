@@ -141,11 +141,20 @@ def test_case_a_cap_is_learned_where_the_server_refuses_what_it_took_one_lower()
 
 def test_case_a_token_bucket_s_429s_stay_the_pace_s() -> None:
     """Case: a bucket refuses at any level about as often as it takes there: no cap. Neither is
-    a 429 at 1 on the wire (a night's first), nor one at a level with none taken below it."""
+    a 429 at 1 on the wire (a night's first), nor one at a level with none taken below it, nor
+    one above refusals at lower levels (a bucket's volley: a 200/s night held at 3 once)."""
     bucket = InFlightCap(128)
     answered_at(bucket, range(1, 8), 20)
     assert not any(bucket.refused(level, now=1.0) for level in (3, 5, 6, 7, 3, 5))
     assert bucket.cap is None
+    # An emptied bucket's volley: refusals crowd the evidence at every level, 1 to 12 on the wire;
+    # at 5 it refused more than it took and took 4, but it refused below 5 too: the pace's.
+    volley = InFlightCap(128)
+    answered_at(volley, range(1, 9), 10)
+    for _ in range(3):
+        for level in range(1, 13):
+            assert not volley.refused(level, now=1.0), level
+    assert volley.cap is None
     first = InFlightCap(128)
     assert not first.refused(1, now=0.0) and first.cap is None
     assert not first.refused(3, now=0.0) and first.cap is None  # nothing taken at 2
