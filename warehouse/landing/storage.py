@@ -202,6 +202,9 @@ class LocalStore:
         return removed
 
 
+S3_MAX_ATTEMPTS = 8  # attempts of one S3 call in all (botocore's standard retry mode)
+
+
 def s3_filesystem() -> Any:
     """An s3fs filesystem from the standard AWS variables (no listing cache: manifests change)."""
     import s3fs
@@ -213,7 +216,16 @@ def s3_filesystem() -> Any:
     region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
     if region:
         client_kwargs["region_name"] = region
-    return s3fs.S3FileSystem(client_kwargs=client_kwargs, use_listings_cache=False, skip_instance_cache=True)
+    # botocore's standard retry mode: a 500, 502, 503 or 504 (or throttling) is retried with
+    # exponential backoff and jitter. The legacy default gave up on a burst of 500s that a
+    # threaded S3 (moto's server, busy) answers now and then, and failed a committed night's build.
+    config = {"retries": {"mode": "standard", "max_attempts": S3_MAX_ATTEMPTS}}
+    return s3fs.S3FileSystem(
+        client_kwargs=client_kwargs,
+        config_kwargs=config,
+        use_listings_cache=False,
+        skip_instance_cache=True,
+    )
 
 
 def _describe(exc: BaseException) -> str:
