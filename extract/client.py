@@ -584,10 +584,10 @@ class ServiceClient:
             if gate is not None:
                 await gate()
             await self.rate.wait_turn()
-            started = self._clock()
             stats.requests += 1
             cap = self.cap
             level = await cap.sent()
+            started = self._clock()  # after the wire's gate: the latency is the server's, not the wait
             try:
                 status, headers, data = await self._send(ep, url, content)
             finally:
