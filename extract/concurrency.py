@@ -13,15 +13,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import logging
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from membersync.extract import constants as K
-
-logger = logging.getLogger(__name__)
 
 # The rank of the work a request belongs to (0: outside any ranked work); tasks inherit it.
 _RANK: ContextVar[int] = ContextVar("membersync_request_rank", default=0)
@@ -122,21 +119,17 @@ class InFlightCap:
 
     Each request notes how many were on the wire when it was sent, itself included (its
     *level*). A 429 at a level the server, over its last ``CAP_EVIDENCE`` answers, refused at
-    least as often as it accepted and at least ``CAP_MIN_REFUSALS`` times, while it accepted the
-    level below and refused nothing at any level below (a cap of N never refuses a request sent
-    with N or fewer on the wire: the server counts no more than we do), is a cap's and not a
-    pace's: the level below is the cap, and a request beyond it waits for one on the wire to be
-    answered (the adaptive limit's slots also hold those waiting for the pace, so the cap gates
-    the wire itself).
-
-    A token bucket refuses at every level about as often as it accepts there (an emptied
-    bucket's volley at every level at once: a cap read from its counts alone held a night at 3
-    on the wire, 92 % of a 200/s bucket), so its 429s stay the pace's; a night with about one on
-    the wire meets a bucket's 429 at two now and then, and one such 429 read as a cap would hold
-    it at one: hence the repeated refusals. A cap mistaken from the top of a bucket's levels
+    least as often as it accepted, while it accepted the level below and refused nothing at any
+    level below (a cap of N never refuses a request sent with N or fewer on the wire: the server
+    counts no more than we do), is a cap's and not a pace's: the level below is the cap, and a
+    request beyond it waits
+    for one on the wire to be answered (the adaptive limit's slots also hold those waiting for the
+    pace, so the cap gates the wire itself). A token bucket refuses at every level about as often
+    as it accepts there (an emptied bucket's volley at every level at once: a cap read from its
+    counts alone held a night at 3 on the wire, 92 % of a 200/s bucket), so its 429s stay the
+    pace's; a cap mistaken from the top of its levels
     costs little, and every ``CAP_PROBE_SECONDS`` at a cap one more is let on the wire: a real
-    cap refuses it (one 429 at the level probed, and the cap is learned again), a mistaken one
-    lifts.
+    cap refuses it (one 429, and the cap is learned again), a mistaken one lifts.
     """
 
     def __init__(self, maximum: int = K.MAX_CONCURRENCY, *, adaptive: bool = True) -> None:
@@ -145,7 +138,6 @@ class InFlightCap:
         self.on_wire = 0
         self.cap: int | None = None  # learned (:meth:`refused`); None: none known
         self._since = 0.0  # when the cap was last set
-        self._probed: int | None = None  # the level a probe opened, until it is answered
         # (rank, arrival, future), served by rank as the slots are: a cap held on the wire
         # still lets a night's earlier batch end first (a cancelled entry surfaces and is skipped)
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -178,10 +170,8 @@ class InFlightCap:
         """A success sent at ``level``; after ``CAP_PROBE_SECONDS`` at a cap, one more allowed."""
         self._note(level, True)
         cap = self.cap
-        if level == self._probed:
-            self._probed = None  # the probe was taken: the cap stays lifted
         if cap is not None and cap < self.maximum and now - self._since >= K.CAP_PROBE_SECONDS:
-            self.cap, self._since, self._probed = cap + 1, now, cap + 1
+            self.cap, self._since = cap + 1, now
             self._wake()
 
     def refused(self, level: int, now: float) -> bool:
@@ -190,11 +180,9 @@ class InFlightCap:
         if not self.adaptive or index < 2:
             return False
         refused, accepted = self._refused_at, self._accepted_at
-        enough = K.CAP_MIN_REFUSALS if index != self._probed else 1
-        if refused[index] < max(accepted[index], enough) or not accepted[index - 1] or any(refused[1:index]):
+        if refused[index] < accepted[index] or not accepted[index - 1] or any(refused[1:index]):
             return False  # refused no more here than taken, or anything refused below: the pace's
-        self.cap, self._since, self._probed = index - 1, now, None
-        logger.info("a cap of %d requests in flight learned from the server's 429s", index - 1)
+        self.cap, self._since = index - 1, now
         return True
 
     def _note(self, level: int, ok: bool) -> int:

@@ -68,12 +68,10 @@ MIN_RATE = 1.0  # req/s; never slower than this
 # (its volley, each Retry-After rounded up to a whole second).
 WINDOW_SAME_END = 2.0
 # A cap on requests in flight is learned from 429s at a number in flight the server, over its
-# last CAP_EVIDENCE answers, refused at least as often as it accepted and at least
-# CAP_MIN_REFUSALS times (one 429 where a night rarely has two on the wire is a bucket's as
-# likely as a cap's); it is probed one higher after CAP_PROBE_SECONDS at it (a cap mistaken from
-# a token bucket's refusals lifts; a real one costs one 429 a probe).
+# last CAP_EVIDENCE answers, refused at least as often as it accepted; it is probed one higher
+# after CAP_PROBE_SECONDS at it (a cap mistaken from a token bucket's refusals lifts; a real one
+# costs one 429 a probe).
 CAP_EVIDENCE = 200
-CAP_MIN_REFUSALS = 3
 CAP_PROBE_SECONDS = 30.0
 
 # -- paging ------------------------------------------------------------------------------
