@@ -183,6 +183,7 @@ class ClientOptions:
     retry_after_max: float = constants.RETRY_AFTER_MAX
     rate: float | None = None
     initial_rate: float | None = None  # where the rate finder starts (the rate a previous night found)
+    start_rate: float | None = None  # knowing no rate, the slow start begins here (a night took it unrefused)
     max_concurrency: int = constants.MAX_CONCURRENCY
     initial_concurrency: int = constants.INITIAL_CONCURRENCY
     adaptive: bool = True
@@ -393,6 +394,7 @@ class ServiceClient:
         self.rate = RateLimiter(
             cap=opts.rate,
             initial=opts.initial_rate,
+            start=opts.start_rate,
             adaptive=opts.adaptive,
             clock=opts.clock,
             sleep=opts.sleep,

@@ -71,6 +71,7 @@ class RateLimiter:
         *,
         cap: float | None = None,
         initial: float | None = None,
+        start: float | None = None,
         adaptive: bool = True,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -79,6 +80,8 @@ class RateLimiter:
             raise ValueError("rate cap must be > 0 req/s (or None for no cap)")
         if initial is not None and initial <= 0:
             raise ValueError("initial rate must be > 0 req/s (or None)")
+        if start is not None and start <= 0:
+            raise ValueError("slow-start rate must be > 0 req/s (or None)")
         self.cap = cap
         self.adaptive = adaptive
         self._clock = clock
@@ -104,8 +107,8 @@ class RateLimiter:
         self._window_rate: float | None = None  # a window's quota over its length, less the margin
         if initial is not None:  # a night starts at the level the last one found: on the plateau
             self.level, self._cut_at = initial, clock() - K.REGROW_SECONDS
-        elif adaptive:  # knowing no rate: a slow start from INITIAL_RATE
-            self.level, self._slow_start, self._first_request = K.INITIAL_RATE, True, True
+        elif adaptive:  # knowing no rate: a slow start from INITIAL_RATE, or what a night took unrefused
+            self.level, self._slow_start, self._first_request = max(K.INITIAL_RATE, start or 0.0), True, True
         self._set(self.level)
 
     # -- the pace ------------------------------------------------------------------------------
@@ -121,6 +124,15 @@ class RateLimiter:
         level of the last cut, or more when the server has accepted more over a window since (a
         cut from a floor, or from a bunch refused while sending slowly, is no measure of it)."""
         return None if self.level is None or not self._measured else max(self.level, self._reached)
+
+    @property
+    def unrefused(self) -> float | None:
+        """What the server accepted over a window this night without a 429 (where the next
+        night's slow start begins, as TCP caches a path's window), or None: a rate was found
+        (:attr:`found`), or no window was measured. A hint, not a limit: nothing refused it."""
+        if self._measured or not self.adaptive or self._reached <= 0:
+            return None
+        return self._reached
 
     def _set(self, rate: float | None) -> None:
         for limit in (self.cap, self._announced, self._window_rate):

@@ -1,7 +1,8 @@
 """``membersync demo``: five weeks of a small chain's history, synced night by night, and what a
 manager reads the next morning.
 
-A sandbox on loopback (in this process, on its own thread) is generated up to the first night,
+A sandbox on loopback (in a child process: on a thread of ours it shared the GIL with the night,
+and both ran at half a core) is generated up to the first night,
 35 nights ago; before each night its stores do a day's business (``extract/sandbox/days.py``:
 sales, payments, freezes, cancellations, points, now and then a late void), and the night syncs
 it:
@@ -86,7 +87,7 @@ def _data_dir() -> DataDir:
 
 
 def run_demo(clients: int = 300, nights: int = DEMO_NIGHTS, open_report: bool = False) -> int:
-    from membersync.extract.sandbox.running import start_in_thread
+    from membersync.extract.sandbox.running import start_in_process
     from membersync.extract.sandbox.server import SandboxConfig
 
     plan = DemoPlan(clients, demo_nights(nights), _data_dir())
@@ -99,7 +100,7 @@ def run_demo(clients: int = 300, nights: int = DEMO_NIGHTS, open_report: bool = 
     )
     intro = f": {config.stores} stores, {clients:,} clients, {nights} nights, data dir {plan.data_dir.root}"
     out.print(Text.assemble(("membersync demo", "bold"), intro), soft_wrap=True)
-    with start_in_thread(config) as sandbox:
+    with start_in_process(config) as sandbox:
         out.print(f"sandbox serving on {sandbox.url} (loopback)")
         os.environ.update(
             MEMBERSYNC_BASE_URL=sandbox.url,
@@ -120,7 +121,7 @@ def business_day(sandbox: Any, seed: int, day: dt.date) -> None:
     """The stores' business of ``day``, made in the sandbox before its night is synced."""
     from membersync.extract.sandbox.days import run_day
 
-    sandbox.call(lambda service: run_day(service, day, seed))
+    sandbox.call(run_day, day, seed)
 
 
 def _first_night(sandbox: Any, seed: int, plan: DemoPlan) -> bool:

@@ -213,7 +213,7 @@ class NightRun:
     async def close(self) -> None:
         if self.client is not None:
             self._collect_stats()
-            remember_rate(self.data_dir, self.client.rate.found)
+            remember_rate(self.data_dir, self.client.rate.found, self.client.rate.unrefused)
             await self.client.aclose()
             self.client = None
 
@@ -222,11 +222,17 @@ class NightRun:
         from membersync.extract.client import ClientOptions
 
         options = self.options.client_options or ClientOptions()
-        remembered = remembered_rate(self.data_dir)
-        if remembered is None or options.initial_rate is not None:
+        if options.initial_rate is not None or options.start_rate is not None:
             return options
-        log.info("starting at %.1f requests/s, the rate the server accepted last night", remembered)
-        return replace(options, initial_rate=remembered)
+        remembered = remembered_rate(self.data_dir)
+        if remembered is not None:
+            log.info("starting at %.1f requests/s, the rate the server accepted last night", remembered)
+            return replace(options, initial_rate=remembered)
+        start = remembered_rate(self.data_dir, "start")
+        if start is not None:
+            log.info("slow-starting from %.1f requests/s, what the server took last night unrefused", start)
+            return replace(options, start_rate=start)
+        return options
 
     # -- steps ----------------------------------------------------------------------------------------
 
@@ -499,21 +505,25 @@ class NightRun:
             self.summary.by_status = add_counts(status_counts(stats), self.shard_statuses)
 
 
-def remembered_rate(data_dir: DataDir) -> float | None:
-    """The server's rate a previous night found (``state/rate.json``), or None."""
+def remembered_rate(data_dir: DataDir, key: str = "rate") -> float | None:
+    """What a previous night kept in ``state/rate.json``, or None: the server's rate it found
+    (``rate``), or, meeting no 429, what the server took from it over a window (``start``)."""
     try:
         body = json.loads(data_dir.rate_file.read_text(encoding="utf-8"))
-        rate = float(body["rate"])
+        rate = float(body[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return rate if rate > 0 and rate != float("inf") else None
 
 
-def remember_rate(data_dir: DataDir, rate: float | None) -> None:
-    """Keep the server's rate this night found, so the next night starts at it (no probing)."""
-    if rate is None:
+def remember_rate(data_dir: DataDir, rate: float | None, start: float | None = None) -> None:
+    """Keep the server's rate this night found, so the next night starts at it (no probing); or,
+    none found, what it took unrefused, so the next night's slow start begins there (a short
+    night slow-starting from the floor each time spent most of its seconds paced below it)."""
+    if rate is None and start is None:
         return
-    body = {"rate": round(rate, 3), "found_at": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"}
+    kept = {"rate": round(rate, 3)} if rate is not None else {"start": round(start or 0.0, 3)}
+    body = {**kept, "found_at": f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"}
     try:
         write_json_atomic(data_dir.rate_file, body)
     except OSError as exc:  # a lost hint costs the next night some probing, nothing else

@@ -10,18 +10,22 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
+from membersync.extract import constants as K
 from membersync.extract.client import ClientOptions, ServiceClient
 from membersync.extract.sandbox.server import STATS_PATH
 from membersync.extract.settings import ServiceSettings
 from membersync.flows.benchmarks.sync import PASSWORD as SANDBOX_PASSWORD
 from membersync.flows.benchmarks.sync import USERNAME as SANDBOX_USERNAME
 from membersync.flows.benchmarks.sync import sandbox_process
-from membersync.flows.night.nightly import NightRun, remembered_rate, run_night
+from membersync.flows.night.nightly import NightRun, remember_rate, remembered_rate, run_night
 from membersync.flows.night.options import SyncOptions
 from membersync.warehouse.landing.paths import DataDir
+from nights import settings_for
 from pydantic import SecretStr
 
 TODAY = dt.date.today()
@@ -49,6 +53,25 @@ def test_a_night_remembers_the_rate_it_found_and_the_next_starts_there(tmp_path:
     run = NightRun(settings, data_dir, TODAY, options=capped)
     client = ServiceClient.from_settings(settings, run._client_options())
     assert client.rate.rate == 10.0  # MEMBERSYNC_RATE still caps the remembered rate
+
+
+def test_a_night_that_met_no_429_hands_what_the_server_took_to_the_next_night_s_slow_start(
+    fresh_sandbox: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A server with no limit: the night measures no rate, but keeps what the server took over a
+    window, and the next night's slow start begins there; a rate found later replaces it."""
+    sandbox = fresh_sandbox(clients=60, seed=8)
+    data_dir = DataDir(tmp_path / "data")
+    run_night(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(build=False))
+    start = remembered_rate(data_dir, "start")
+    assert remembered_rate(data_dir) is None and start is not None and start > 0
+    run = NightRun(settings_for(sandbox), data_dir, TODAY, options=SyncOptions(build=False))
+    options = run._client_options()
+    assert options.start_rate == start and options.initial_rate is None
+    client = ServiceClient.from_settings(settings_for(sandbox), options)
+    assert client.rate.rate == max(start, K.INITIAL_RATE) and client.rate.found is None
+    remember_rate(data_dir, 55.0, start)
+    assert run._client_options().initial_rate == 55.0 and run._client_options().start_rate is None
 
 
 def test_a_malformed_rate_file_is_ignored(tmp_path: Path) -> None:

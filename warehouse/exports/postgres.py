@@ -116,6 +116,7 @@ class Publication:
     rows: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    by_kind: dict[str, float] = field(default_factory=dict)  # seconds sending each kind of table
 
     @property
     def changed(self) -> bool:
@@ -371,7 +372,8 @@ def _publish_whole(pg: Any, duck: Any, tables: Sequence[PgTable], nights: dict[d
             cur.execute(f"CREATE SCHEMA {R.ident(schema)}")
         for number, table in enumerate(tables):
             _create(cur, table)
-            _count(done, _copy(cur, duck, table, table.qualified))
+            started = time.perf_counter()
+            _count(done, table, started, _copy(cur, duck, table, table.qualified))
             if number == len(tables) // 2:
                 crashpoint("publish_mid_night")
         cur.executemany(f"INSERT INTO {STATE} (snapshot_date, run_id) VALUES (%s, %s)", list(nights.items()))
@@ -380,9 +382,10 @@ def _publish_whole(pg: Any, duck: Any, tables: Sequence[PgTable], nights: dict[d
     return done
 
 
-def _count(done: Publication, copied: tuple[int, int]) -> None:
+def _count(done: Publication, table: PgTable, started: float, copied: tuple[int, int]) -> None:
     done.rows += copied[0]
     done.bytes += copied[1]
+    done.by_kind[table.kind] = done.by_kind.get(table.kind, 0.0) + time.perf_counter() - started
 
 
 def _published(cur: Any) -> dict[dt.date, str]:
@@ -425,7 +428,8 @@ def _night_step(
         return
     daily = [t for t in tables if t.kind == "nightly"]
     for number, table in enumerate(daily):
-        _count(done, _replace_night(cur, duck, table, night))
+        started = time.perf_counter()
+        _count(done, table, started, _replace_night(cur, duck, table, night))
         if number == len(daily) // 2:
             crashpoint("publish_mid_night")
     cur.execute(
@@ -445,15 +449,16 @@ def _last_step(
 ) -> None:
     """With the newest night: what is kept whole, the events' new versions, retention's removals."""
     for table in tables:
+        started = time.perf_counter()
         if table.kind == "nightly" and removed:
             cur.execute(
                 f"DELETE FROM {table.qualified} WHERE {R.ident(str(table.night_column))} = any(%s)",
                 [list(removed)],
             )
         elif table.kind == "latest" and pending and not removed:
-            _count(done, _merge_latest(cur, duck, table, pending))
+            _count(done, table, started, _merge_latest(cur, duck, table, pending))
         elif table.kind != "nightly":  # whole, or events after retention carried some to kept nights
-            _count(done, _replace_whole(cur, duck, table))
+            _count(done, table, started, _replace_whole(cur, duck, table))
     if removed:
         cur.execute(f"DELETE FROM {STATE} WHERE snapshot_date = any(%s)", [list(removed)])
 

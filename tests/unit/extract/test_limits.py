@@ -131,6 +131,32 @@ def test_a_cap_or_start_that_is_not_positive_is_refused(bad: float) -> None:
         RateLimiter(cap=bad)
     with pytest.raises(ValueError, match="initial rate"):
         RateLimiter(initial=bad)
+    with pytest.raises(ValueError, match="slow-start rate"):
+        RateLimiter(start=bad)
+
+
+def test_case_a_night_that_met_no_429_hands_what_it_took_to_the_next_slow_start() -> None:
+    """Case: the demo's nights (500 requests each, a loopback server with no limit) spent about
+    two of their three seconds slow-starting from INITIAL_RATE every night. A night that met no
+    429 measured no limit (``found`` is None) but knows what the server took over a window
+    (``unrefused``); the next night's slow start begins there, as TCP caches a path's window,
+    and still doubles every window. A 429 measures a limit, and then nothing is unrefused."""
+    t = FakeTime()
+    first = RateLimiter(clock=t.clock, sleep=t.sleep)
+    run(first.wait_turn())
+    answered(first, t, 100.0, K.ACCEPT_WINDOW)
+    answered(first, t, 180.0, 1.5 * K.ACCEPT_WINDOW)
+    assert first.found is None and first.unrefused == pytest.approx(180.0, rel=0.02)
+    t2 = FakeTime()
+    second = RateLimiter(start=first.unrefused, clock=t2.clock, sleep=t2.sleep)
+    assert second.rate == pytest.approx(180.0, rel=0.02) and second.found is None
+    run(second.wait_turn())
+    answered(second, t2, 180.0, K.ACCEPT_WINDOW)
+    assert second.rate == pytest.approx(360.0, rel=0.05)  # still a slow start: it doubles
+    assert RateLimiter(start=20.0).rate == K.INITIAL_RATE  # never below the floor a night starts at
+    answered(second, t2, 180.0, 0.1)
+    assert second.on_rate_limited(started=t2.now, retry_after=1.0)
+    assert second.found is not None and second.unrefused is None
 
 
 # --- a 429 episode ------------------------------------------------------------------------------
