@@ -355,13 +355,24 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "slow_start_from_construction",
         "extract/limits.py",
-        "self.level, self._slow_start, self._first_request = K.INITIAL_RATE, True, True",
-        "self.level, self._slow_start, self._cut_at = K.INITIAL_RATE, True, clock()",
+        "self.level, self._slow_start, self._first_request = max(K.INITIAL_RATE, start or 0.0), True, True",
+        "self.level, self._slow_start, self._cut_at = max(K.INITIAL_RATE, start or 0.0), True, clock()",
         (
             "tests/unit/extract/test_limits.py::"
             "test_case_the_slow_start_doubles_every_window_from_the_first_request_not_the_start_up",
         ),
         "the slow start's clock runs from the limiter's creation: after the start-up, the first pace is huge",
+    ),
+    Mutation(
+        "unrefused_rate_not_handed_on",
+        "flows/night/nightly.py",
+        "remember_rate(self.data_dir, self.client.rate.found, self.client.rate.unrefused)",
+        "remember_rate(self.data_dir, self.client.rate.found)",
+        (
+            "tests/scenarios/test_politeness.py::"
+            "test_a_night_that_met_no_429_hands_what_the_server_took_to_the_next_night_s_slow_start",
+        ),
+        "a night that met no 429 keeps nothing: every night slow-starts from the floor again",
     ),
     Mutation(
         "retry_no_503",

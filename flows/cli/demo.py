@@ -8,12 +8,12 @@ sales, payments, freezes, cancellations, points, now and then a late void), and 
 it:
 
 - the **first night** runs through the Prefect flow on Prefect's ephemeral server, as a
-  production night does (a full night: every client);
+  production night does (a full night: every client), its build left to the end as the others';
 - the **other nights** run as fast as the product can: the same night code without Prefect
   (``nightly.arun_night``; Prefect's server adds seconds a night and shows nothing new), each
   committing its night, with the warehouse build left to the end: one incremental build of
-  the 34 nights is the chain of their nightly builds (the build's own test proves the two
-  equal) in one dbt run instead of 34.
+  the 35 nights is the chain of their nightly builds (the build's own test proves the two
+  equal) in one dbt run instead of 35 (each night's build and exports took 16 s of the first).
 
 Then the newest night's reports, workbook and morning report are written, and the closing
 screen shows the chain's figures with their change over the week, where everything is, and
@@ -140,6 +140,7 @@ def _first_night(sandbox: Any, seed: int, plan: DemoPlan) -> bool:
     from membersync.flows.night.prefect_api import night_api
 
     context = NightContext.load()  # the environment just set, read once
+    context.options = dataclasses.replace(context.options, build=False)  # built once, after the last
     context.progress = bar = RichProgress(err)
     try:
         with night_api(), handed_down(context) as key:  # PREFECT_API_URL's server, else its own
@@ -150,7 +151,7 @@ def _first_night(sandbox: Any, seed: int, plan: DemoPlan) -> bool:
         return False
     summary = nightly.summary_from_flow_result(result)
     print_summary(summary, out)
-    return summary.status == "committed" and summary.build.startswith("ok")
+    return summary.status == "committed"
 
 
 def _later_nights(sandbox: Any, seed: int, plan: DemoPlan) -> bool:

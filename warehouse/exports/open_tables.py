@@ -198,7 +198,7 @@ def _overwrite(con: Any, table: OpenTable, where: Where) -> int:
     from deltalake import write_deltalake
 
     partition = [table.night_column] if table.night_column else None
-    rows = con.execute(f"select * from {table.name}").to_arrow_reader(STREAM_ROWS)  # bounded memory
+    rows = con.sql(f"select * from {table.name}").to_arrow_reader(STREAM_ROWS)  # bounded memory
     write_deltalake(
         where.uri,
         rows,

@@ -1,13 +1,17 @@
 """Issue 65: the sandbox's business days (``extract/sandbox/days.py``): data that reaches the night
-it serves, the same for the same seed, stamped on its day at every store."""
+it serves, the same for the same seed, stamped on its day at every store; and the demo's sandbox
+in a child process, where its days run."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import httpx
+import pytest
 from membersync.extract.sandbox.days import run_day, run_days
 from membersync.extract.sandbox.population import generate
-from membersync.extract.sandbox.server import SandboxConfig, build_service
+from membersync.extract.sandbox.running import start_in_process
+from membersync.extract.sandbox.server import STATS_PATH, SandboxConfig, build_service
 
 ANCHOR = dt.date(2026, 11, 20)
 
@@ -46,3 +50,19 @@ def test_a_sandbox_with_recent_days_reaches_the_eve_of_its_anchor_and_later_chan
     assert service.touch(next(iter(service.iter_clients()))) >= newest  # the real clock, never earlier
     without = build_service(SandboxConfig(clients=200, anchor_date=ANCHOR))
     assert max(_sales_by_day(without)) < ANCHOR - dt.timedelta(days=1)  # why the days exist
+
+
+def test_a_sandbox_in_a_child_process_runs_a_day_there_and_a_failure_is_one_line() -> None:
+    """The demo's sandbox (``start_in_process``): it serves over loopback, a day's business runs
+    on its service in the child (the same writes as a twin's here), an error there comes back as
+    one line, and stopping it ends the process."""
+    config = SandboxConfig(clients=120, stores=3, seed=7, anchor_date=ANCHOR)
+    twin = build_service(config)
+    with start_in_process(config) as sandbox:
+        assert httpx.get(f"{sandbox.url}{STATS_PATH}").status_code == 200
+        assert sandbox.call(run_day, ANCHOR, 7) == run_day(twin, ANCHOR, seed=7) > 0
+        with pytest.raises(RuntimeError, match=r"the sandbox process failed: .*Error"):
+            sandbox.call(run_day, "not a day", 7)
+        assert sandbox.call(run_day, ANCHOR + dt.timedelta(days=1), 7) > 0  # still serving
+        process = sandbox._process
+    assert not process.is_alive()
