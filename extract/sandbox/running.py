@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import multiprocessing
 import signal
@@ -187,7 +188,7 @@ class SandboxProcess:
         if not self._conn.poll(120):
             self.stop()
             raise RuntimeError("the sandbox did not start within 120 s")
-        self.port = self._answer()
+        self.port = cast(int, self._answer())
         return self
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
@@ -220,6 +221,10 @@ class SandboxProcess:
         self.stop()
 
 
+def _apply(fn: Callable[..., object], args: tuple[object, ...], service: Service) -> object:
+    return fn(service, *args)
+
+
 def _child(config: SandboxConfig, host: str, conn: Connection) -> None:
     try:
         sandbox = RunningSandbox(SandboxServer(config), host, 0).start()
@@ -229,8 +234,7 @@ def _child(config: SandboxConfig, host: str, conn: Connection) -> None:
     conn.send((True, sandbox.port))
     with sandbox:
         while (message := conn.recv()) is not None:
-            fn, args = message
             try:
-                conn.send((True, sandbox.call(lambda service, fn=fn, args=args: fn(service, *args))))
+                conn.send((True, sandbox.call(functools.partial(_apply, *message))))
             except Exception as exc:
                 conn.send((False, f"{type(exc).__name__}: {exc}"))
