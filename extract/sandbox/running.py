@@ -165,7 +165,8 @@ def start_in_thread(
 
 def start_in_process(config: SandboxConfig | None = None, host: str = "127.0.0.1") -> SandboxProcess:
     """Generate the data and serve it from a child process (its own interpreter, its own GIL);
-    return when it answers. The demo's: a sandbox on our thread halves what both get of a core."""
+    return when it answers. The demo's: on a thread of ours its answers and the night's parsing
+    took turns at one GIL."""
     return SandboxProcess(config or SandboxConfig(), host).start()
 
 
@@ -193,7 +194,10 @@ class SandboxProcess:
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(service, *args)`` in the child, on its server's loop; its result (picklable)."""
-        self._conn.send((fn, args))
+        try:
+            self._conn.send((fn, args))
+        except OSError:
+            raise RuntimeError(f"the sandbox process ended (exit {self._process.exitcode})") from None
         return cast(T, self._answer())
 
     def _answer(self) -> object:

@@ -55,7 +55,7 @@ def test_a_sandbox_with_recent_days_reaches_the_eve_of_its_anchor_and_later_chan
 def test_a_sandbox_in_a_child_process_runs_a_day_there_and_a_failure_is_one_line() -> None:
     """The demo's sandbox (``start_in_process``): it serves over loopback, a day's business runs
     on its service in the child (the same writes as a twin's here), an error there comes back as
-    one line, and stopping it ends the process."""
+    one line, and stopping it ends the process (a call then is one line too)."""
     config = SandboxConfig(clients=120, stores=3, seed=7, anchor_date=ANCHOR)
     twin = build_service(config)
     with start_in_process(config) as sandbox:
@@ -66,3 +66,5 @@ def test_a_sandbox_in_a_child_process_runs_a_day_there_and_a_failure_is_one_line
         assert sandbox.call(run_day, ANCHOR + dt.timedelta(days=1), 7) > 0  # still serving
         process = sandbox._process
     assert not process.is_alive()
+    with pytest.raises(RuntimeError, match="the sandbox process ended"):
+        sandbox.call(run_day, ANCHOR, 7)  # one line, not a broken pipe's traceback
